@@ -1,0 +1,36 @@
+# The two targets a new user needs: `make demo` and `make test`. Both create .venv if missing.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-quick bench lint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch is pinned to the local CPU build first, so nothing pulls a CUDA wheel.
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev,models,plot]" torch==2.13.0
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tensorplan plan zoo:tiny_gpt
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --doctest-modules src tests
+
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not slow" --doctest-modules src tests
+
+bench: $(STAMP)
+	$(PY) -m pip install -q "executorch==1.5.1" torch==2.13.0
+	$(PY) benchmarks/run_all.py --out benchmarks/RESULTS.md
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

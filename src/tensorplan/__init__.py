@@ -1,0 +1,33 @@
+"""tensorplan: take a PyTorch model to a fixed, verified memory plan and run it.
+
+Stages (one module each, data flows one way): capture → propagate → alias → plan → run/report.
+"""
+
+from .capture import capture
+from .errors import (
+    CaptureError,
+    FormatError,
+    InputError,
+    LayoutError,
+    PlanError,
+    TensorPlanError,
+    UnboundedShapeError,
+    UnsupportedOpError,
+)
+from .propagate import propagate
+from .spec import SpecTable, TensorSpec
+
+__all__ = [
+    "CaptureError",
+    "FormatError",
+    "InputError",
+    "LayoutError",
+    "PlanError",
+    "SpecTable",
+    "TensorPlanError",
+    "TensorSpec",
+    "UnboundedShapeError",
+    "UnsupportedOpError",
+    "capture",
+    "propagate",
+]

@@ -1,0 +1,94 @@
+"""Stage 1: capture a model as an ``ExportedProgram`` in core ATen."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from .errors import CaptureError
+
+# Exception class names of torch.export failures, and what the user can do about each.
+_HINTS: tuple[tuple[str, str], ...] = (
+    ("GuardOnDataDependentSymNode", "the model branches on a data-dependent value: bound it "
+     "with torch._check(...) or rewrite the branch with torch.cond"),
+    ("ConstraintViolation", "a dynamic dim was specialised or its range is wrong: widen or "
+     "narrow the Dim(min, max) in dynamic_shapes as the message suggests"),
+    ("UserError", "follow the torch.export message above; dynamic_shapes must mirror the "
+     "structure of args/kwargs"),
+    ("Unsupported", "the model uses a Python feature torch.export cannot trace; "
+     "see the message above"),
+)
+_DEFAULT_HINT = ("check that the model runs eagerly on these example inputs; "
+                 "torch.export's message above names the failing line")
+
+
+def _hint_for(error: BaseException) -> str:
+    names = {cls.__name__ for cls in type(error).__mro__}
+    for name, hint in _HINTS:
+        if any(name in n for n in names):
+            return hint
+    return _DEFAULT_HINT
+
+
+def _load(path: str | os.PathLike[str]) -> ExportedProgram:
+    if not os.path.exists(path):
+        raise CaptureError(f"capture: no such file {os.fspath(path)!r}; pass a .pt2 file saved "
+                           "with torch.export.save, or a module with example inputs")
+    try:
+        return torch.export.load(path)
+    except Exception as error:
+        raise CaptureError(f"capture: {os.fspath(path)!r} is not a torch.export program "
+                           f"({type(error).__name__}: {error}); re-save it with "
+                           "torch.export.save") from error
+
+
+def _export(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
+            dynamic_shapes: Any) -> ExportedProgram:
+    if not isinstance(model, torch.nn.Module):
+        raise CaptureError(f"capture: expected an nn.Module, an ExportedProgram or a .pt2 path, "
+                           f"got {type(model).__name__}")
+    if args is None:
+        raise CaptureError("capture: example inputs are required to export a module; "
+                           "pass args=(tensor, ...)")
+    try:
+        return torch.export.export(model, tuple(args), kwargs=dict(kwargs or {}),
+                                   dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as error:
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise CaptureError(f"capture: torch.export failed on {type(model).__name__} with "
+                           f"{type(error).__name__}: {first_line}\n  hint: {_hint_for(error)}"
+                           ) from error
+
+
+def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
+            args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
+            dynamic_shapes: Any = None) -> ExportedProgram:
+    """Export ``model`` (non-strict) and decompose it to core ATen.
+
+    ``model`` may be an ``nn.Module`` with example ``args``/``kwargs`` and optional
+    ``dynamic_shapes`` (as for ``torch.export.export``), an ``ExportedProgram``, or the path of
+    a ``.pt2`` file written by ``torch.export.save``. The result is a new program; the input is
+    never modified. Any export failure raises ``CaptureError`` chained to the original error,
+    with a one-line hint.
+
+    >>> ep = capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    >>> [n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"]
+    ['permute.default', 'addmm.default']
+    """
+    if isinstance(model, (str, os.PathLike)):
+        program = _load(model)
+    elif isinstance(model, ExportedProgram):
+        program = model
+    else:
+        program = _export(model, args, kwargs, dynamic_shapes)
+    try:
+        return program.run_decompositions()
+    except Exception as error:
+        raise CaptureError(f"capture: decomposition to core ATen failed with "
+                           f"{type(error).__name__}: {error}\n  hint: an operator has no core "
+                           "ATen decomposition; register one or keep it as a custom op"
+                           ) from error

@@ -1,0 +1,65 @@
+"""Memory layouts: dim orders read from traced values, and when two layouts are the same memory.
+
+A dim order lists a tensor's dims from the outermost to the innermost in memory: ``(0, 1, 2, 3)``
+is contiguous NCHW, ``(0, 2, 3, 1)`` is channels_last. Two dim orders are the *same layout* when
+they address the same bytes, which is the case when they agree once size-1 dims are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def traced_dim_order(value: torch.Tensor) -> tuple[int, ...]:
+    """The dim order ``torch.Tensor.dim_order()`` reports for a (fake) traced value.
+
+    Symbolic and unbacked strides work: ``nonzero``'s ``(u0, 2)`` output with strides
+    ``(1, u0)`` gives ``(1, 0)``. Where size-1 dims make several orders address the same memory,
+    torch's canonical choice is kept (channels_last with C=1 is ``(0, 2, 3, 1)``). No guard is
+    added to the program's ShapeEnv while deciding.
+
+    >>> traced_dim_order(torch.empty(2, 1, 4, 5, memory_format=torch.channels_last))
+    (0, 2, 3, 1)
+    """
+    shape_env = _shape_env_of(value)
+    if shape_env is None:
+        return tuple(value.dim_order())
+    with shape_env.suppress_guards():
+        return tuple(value.dim_order())
+
+
+def _shape_env_of(value: torch.Tensor):
+    mode = getattr(value, "fake_mode", None)
+    return getattr(mode, "shape_env", None)
+
+
+def dense_strides(shape: Sequence[int], dim_order: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a dense tensor of ``shape`` laid out in ``dim_order``.
+
+    >>> dense_strides((2, 3, 4, 5), (0, 2, 3, 1))
+    (60, 1, 15, 3)
+    """
+    strides = [0] * len(shape)
+    step = 1
+    for dim in reversed(dim_order):
+        strides[dim] = step
+        step *= max(int(shape[dim]), 1)
+    return tuple(strides)
+
+
+def same_layout(shape: Sequence[int], order_a: Sequence[int], order_b: Sequence[int]) -> bool:
+    """True when two dim orders of a tensor of ``shape`` address the same bytes.
+
+    Size-1 dims take no room, so NCHW and NHWC of a ``(2, 3, 1, 1)`` tensor are one layout.
+
+    >>> same_layout((2, 3, 1, 1), (0, 1, 2, 3), (0, 2, 3, 1))
+    True
+    >>> same_layout((2, 3, 4, 4), (0, 1, 2, 3), (0, 2, 3, 1))
+    False
+    """
+    def significant(order: Sequence[int]) -> list[int]:
+        return [d for d in order if int(shape[d]) != 1]
+
+    return len(order_a) == len(order_b) and significant(order_a) == significant(order_b)

@@ -1,0 +1,81 @@
+"""Stage 2: one ``TensorSpec`` for every value of a program, subgraphs included.
+
+Worked example: a linear layer ``y = x @ W.T + b`` with ``x: Dim('b', max=64) x 8`` gives
+
+    p_weight   f32[4,8]        dim_order=(0,1)  const
+    x          f32[s0<=64,8]   dim_order=(0,1)  2048B
+    permute    f32[8,4]        dim_order=(1,0)  (a view of p_weight)
+    addmm      f32[s0<=64,4]   dim_order=(0,1)  1024B
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from .bounds import upper_bound
+from .layout import dense_strides, traced_dim_order
+from .spec import Entry, SpecTable, TensorSpec
+from .trace import TracedValue, carried_spec, retrace
+
+
+def constant_inputs(program: ExportedProgram) -> frozenset[str]:
+    """Placeholder names whose value never changes: parameters, lifted constants, and buffers
+    the program never mutates."""
+    signature = program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    buffers = {name for name, target in signature.inputs_to_buffers.items()
+               if target not in mutated}
+    return frozenset(signature.inputs_to_parameters) | frozenset(
+        signature.inputs_to_lifted_tensor_constants) | buffers
+
+
+def tensor_spec(value: torch.Tensor, where: str, const: bool = False) -> TensorSpec:
+    """The spec of one traced tensor: upper-bound shape, its layout, and dense strides/bytes.
+
+    ``where`` names the value in error messages (an unbounded dim raises
+    ``UnboundedShapeError``).
+
+    >>> tensor_spec(torch.empty(2, 3, 4, 5, memory_format=torch.channels_last), "x").strides
+    (60, 1, 15, 3)
+    """
+    sym_shape = tuple(value.shape)
+    shape = tuple(upper_bound(size, f"dim {i} of {where}") for i, size in enumerate(sym_shape))
+    dim_order = traced_dim_order(value)
+    numel = 1
+    for size in shape:
+        numel *= size
+    return TensorSpec(shape=shape, sym_shape=sym_shape, dtype=value.dtype, dim_order=dim_order,
+                      strides=dense_strides(shape, dim_order),
+                      nbytes=numel * value.dtype.itemsize, const=const)
+
+
+def _entry(value: Any, where: str, const: bool) -> Entry:
+    if isinstance(value, torch.Tensor):
+        return tensor_spec(value, where, const)
+    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
+        return tuple(tensor_spec(v, f"{where}[{i}]", const) if isinstance(v, torch.Tensor)
+                     else None for i, v in enumerate(value))
+    return None
+
+
+def _spec_of(name: str, traced: TracedValue, constants: frozenset[str]) -> Entry:
+    if traced.carried:
+        return carried_spec(traced.node)
+    node = traced.node
+    where = f"node {name!r} ({node.target if node.op == 'call_function' else node.op})"
+    return _entry(traced.value, where, const="/" not in name and name in constants)
+
+
+def propagate(program: ExportedProgram) -> SpecTable:
+    """Give every value of ``program`` a ``TensorSpec`` from one fake re-trace.
+
+    The program (its graph, ``node.meta`` and signature) is left unchanged, and calling this
+    twice gives equal tables. Raises ``UnboundedShapeError`` for a dim with no finite upper bound
+    and ``UnsupportedOpError`` for a node that cannot be re-traced.
+    """
+    constants = constant_inputs(program)
+    values = retrace(program)
+    return SpecTable({name: _spec_of(name, traced, constants) for name, traced in values.items()})

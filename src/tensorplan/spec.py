@@ -1,0 +1,83 @@
+"""The data model of propagation: one ``TensorSpec`` per tensor value, in a ``SpecTable``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+
+import torch
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What a planner and a device runtime must know about one tensor value.
+
+    All int fields are at the upper bound of every dynamic dim, so a buffer of ``nbytes``
+    holds the tensor at any size the program accepts.
+    """
+
+    shape: tuple[int, ...]            # upper bound of each dim, logical order
+    sym_shape: tuple[int | torch.SymInt, ...]  # sizes as traced (SymInts of the ShapeEnv)
+    dtype: torch.dtype                # element type
+    dim_order: tuple[int, ...]        # dims from outermost to innermost in memory
+    strides: tuple[int, ...]          # element strides per logical dim, dense in dim_order
+    nbytes: int                       # bytes of the dense tensor at the upper-bound shape
+    const: bool = False               # parameter, never-mutated buffer or lifted constant
+    storage: int | None = None        # storage id after alias analysis; None before / for const
+
+    @property
+    def is_dynamic(self) -> bool:
+        """True when some dim is symbolic (its size is only known at run time)."""
+        return any(isinstance(s, torch.SymInt) for s in self.sym_shape)
+
+    def with_storage(self, storage: int | None) -> TensorSpec:
+        """A copy of this spec assigned to ``storage``."""
+        return replace(self, storage=storage)
+
+    def describe(self) -> str:
+        """One-line human form, e.g. ``f32[<=128,64] dim_order=(0,1) 32768B``."""
+        dims = ",".join(_dim_text(s, u) for s, u in zip(self.sym_shape, self.shape, strict=True))
+        dtype = str(self.dtype).removeprefix("torch.")
+        order = ",".join(map(str, self.dim_order))
+        return f"{dtype}[{dims}] dim_order=({order}) {self.nbytes}B"
+
+
+def _dim_text(sym: int | torch.SymInt, upper: int) -> str:
+    return str(upper) if isinstance(sym, int) else f"{sym}<={upper}"
+
+
+Entry = TensorSpec | tuple[TensorSpec | None, ...] | None
+
+
+class SpecTable(Mapping[str, Entry]):
+    """Read-only mapping from value name to its spec.
+
+    Keys are node names of the top-level graph, and ``"<submodule>/<node>"`` for nodes inside
+    subgraphs. Values are a ``TensorSpec``, a tuple of specs (``None`` for non-tensor items) for
+    multi-output nodes, or ``None`` for non-tensor values.
+    """
+
+    def __init__(self, entries: Mapping[str, Entry]) -> None:
+        self._entries = dict(entries)
+
+    def __getitem__(self, name: str) -> Entry:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"SpecTable({len(self)} values)"
+
+    def tensors(self) -> Iterator[tuple[str, TensorSpec]]:
+        """Every tensor spec with its name; items of multi-output values as ``name[i]``."""
+        for name, entry in self._entries.items():
+            if isinstance(entry, TensorSpec):
+                yield name, entry
+            elif isinstance(entry, tuple):
+                for i, item in enumerate(entry):
+                    if item is not None:
+                        yield f"{name}[{i}]", item

@@ -1,0 +1,52 @@
+"""Stage 1: capture to core ATen, from modules, programs and .pt2 files."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tensorplan as tp
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:  # data-dependent Python branch: torch.export cannot trace it
+            return x + 1
+        return x - 1
+
+
+def test_capture_decomposes_linear_to_core_aten():
+    ep = tp.capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets == ["aten.permute.default", "aten.addmm.default"]
+
+
+def test_capture_failure_is_capture_error_with_cause_and_hint():
+    with pytest.raises(tp.CaptureError) as info:
+        tp.capture(Branchy(), (torch.randn(3),))
+    assert info.value.__cause__ is not None
+    assert "Branchy" in str(info.value)
+    assert "hint: " in str(info.value)
+    assert "torch._check" in str(info.value) or "torch.cond" in str(info.value)
+
+
+def test_capture_requires_example_inputs():
+    with pytest.raises(tp.CaptureError, match="example inputs"):
+        tp.capture(torch.nn.ReLU())
+
+
+def test_capture_from_missing_or_foreign_file(tmp_path):
+    with pytest.raises(tp.CaptureError, match="no such file"):
+        tp.capture(tmp_path / "absent.pt2")
+    junk = tmp_path / "junk.pt2"
+    junk.write_bytes(b"not a zip archive")
+    with pytest.raises(tp.CaptureError, match="not a torch.export program"):
+        tp.capture(junk)
+
+
+def test_capture_does_not_modify_a_given_program():
+    ep = torch.export.export(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    before = ep.graph_module.code
+    decomposed = tp.capture(ep)
+    assert ep.graph_module.code == before
+    assert decomposed is not ep

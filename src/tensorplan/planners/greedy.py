@@ -1,0 +1,87 @@
+"""The greedy portfolio: a few buffer orders, each placed by best fit; the smallest peak wins."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+
+from tensorplan.planners.instance import Instance
+from tensorplan.planners.occupancy import OccupancyIndex, best_fit
+
+OrderKey = Callable[[Instance, int], tuple[int, ...]]
+
+
+def _by_size(inst: Instance, i: int) -> tuple[int, ...]:
+    return (-inst.sizes[i], inst.starts[i] - inst.ends[i], inst.starts[i], i)
+
+
+def _by_area(inst: Instance, i: int) -> tuple[int, ...]:
+    length = inst.ends[i] - inst.starts[i]
+    return (-inst.sizes[i] * length, -inst.sizes[i], inst.starts[i], i)
+
+
+def _by_length(inst: Instance, i: int) -> tuple[int, ...]:
+    return (inst.starts[i] - inst.ends[i], -inst.sizes[i], inst.starts[i], i)
+
+
+ORDERS: dict[str, OrderKey] = {"size": _by_size, "area": _by_area, "length": _by_length}
+
+
+CHUNK = 512  # buffers placed by one pass before the portfolio picks which pass to advance next
+
+
+def placement_steps(
+    inst: Instance, order: list[int], offsets: list[int]
+) -> Iterator[tuple[int, bool]]:
+    """Place the buffers in ``order`` by best fit into ``offsets``, yielding (peak, finished).
+
+    Each buffer goes into the smallest free gap left by the already placed buffers it overlaps in
+    time (the lowest such gap on ties), or on top of them. The running peak is yielded every
+    ``CHUNK`` buffers and once, with ``finished=True``, at the end.
+
+    >>> inst = Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2))
+    >>> offsets = [0, 0, 0]
+    >>> list(placement_steps(inst, [0, 1, 2], offsets)), offsets
+    ([(6, True)], [0, 4, 4])
+    """
+    index = OccupancyIndex(inst.sections)
+    peak = 0
+    for count, i in enumerate(order, 1):
+        start, end, size = inst.starts[i], inst.ends[i], inst.sizes[i]
+        taken = index.taken(start, end)
+        offset = best_fit(taken, size) if taken else 0
+        offsets[i] = offset
+        peak = max(peak, offset + size)
+        index.add(offset, offset + size, start, end)
+        if count % CHUNK == 0 and count < len(order):
+            yield peak, False
+    yield peak, True
+
+
+def plan_greedy(inst: Instance, bound: int) -> list[int]:
+    """Offsets of the best plan over the portfolio of orders; stops early at ``bound``.
+
+    The passes run interleaved, always advancing the one whose running peak is lowest, and a
+    pass is dropped once its running peak reaches the best finished one: the peak is the same as
+    running every pass in full, for a fraction of the work.
+
+    >>> plan_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6)
+    [0, 4, 4]
+    """
+    n = len(inst.sizes)
+    passes = []
+    for rank, key in enumerate(ORDERS.values()):
+        order = sorted(range(n), key=lambda i, key=key: key(inst, i))
+        offsets = [0] * n
+        passes.append((0, rank, placement_steps(inst, order, offsets), offsets))
+    best, best_peak = passes[0][3], None
+    while passes:
+        running, rank, steps, offsets = heapq.heappop(passes)
+        if best_peak is not None and (running >= best_peak or best_peak <= bound):
+            break
+        peak, finished = next(steps)
+        if not finished:
+            heapq.heappush(passes, (peak, rank, steps, offsets))
+        elif best_peak is None or peak < best_peak:
+            best, best_peak = offsets, peak
+    return best

@@ -1,0 +1,115 @@
+"""An interval index over time that answers "which offset ranges are taken during these sections?".
+
+Placed buffers are rectangles: an offset range times a section range. A segment tree over the
+sections keeps, per node, two unions of offset ranges, each a flat sorted list of boundaries
+``[lo0, hi0, lo1, hi1, ...]`` of disjoint, non-touching ranges:
+
+- ``own[v]``: rectangles whose section range covers all of node ``v``;
+- ``part[v]``: rectangles that cover some node in ``v``'s subtree (so they meet ``v``'s range).
+
+A query for sections ``[start, end)`` needs ``part`` of the O(log n) nodes that tile the window and
+``own`` of the nodes on the two root paths at its ends; every rectangle meeting the window is in one
+of them. Unions stay short because placed buffers pack tightly, so a query costs far less than
+visiting every buffer that overlaps in time.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from operator import sub
+
+
+def add_range(bounds: list[int], lo: int, hi: int) -> None:
+    """Merge ``[lo, hi)`` into a flat sorted list of disjoint ranges, joining touching ones.
+
+    >>> b = [0, 4, 10, 12]
+    >>> add_range(b, 4, 6); b
+    [0, 6, 10, 12]
+    >>> add_range(b, 7, 10); b
+    [0, 6, 7, 12]
+    """
+    i = bisect_left(bounds, lo)
+    j = bisect_right(bounds, hi)
+    bounds[i:j] = ([] if i % 2 else [lo]) + ([] if j % 2 else [hi])
+
+
+class OccupancyIndex:
+    """Taken offset ranges of placed rectangles, queried by a window of sections."""
+
+    def __init__(self, sections: int) -> None:
+        leaves = 1
+        while leaves < sections:
+            leaves *= 2
+        self._leaves = leaves
+        self._own: list[list[int]] = [[] for _ in range(2 * leaves)]
+        self._part: list[list[int]] = [[] for _ in range(2 * leaves)]
+
+    def _tiles(self, start: int, end: int) -> list[int]:
+        """The tree nodes whose ranges tile sections ``[start, end)`` exactly."""
+        tiles = []
+        lo, hi = start + self._leaves, end + self._leaves
+        while lo < hi:
+            if lo & 1:
+                tiles.append(lo)
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                tiles.append(hi)
+            lo >>= 1
+            hi >>= 1
+        return tiles
+
+    def _edge_paths(self, start: int, end: int) -> list[int]:
+        """Nodes on the root paths of the window's first and last section (no repeats)."""
+        left, right = start + self._leaves, end - 1 + self._leaves
+        nodes = []
+        while left != right:
+            nodes.append(left)
+            nodes.append(right)
+            left >>= 1
+            right >>= 1
+        while left:
+            nodes.append(left)
+            left >>= 1
+        return nodes
+
+    def add(self, lo: int, hi: int, start: int, end: int) -> None:
+        """Record offsets ``[lo, hi)`` as taken during sections ``[start, end)``."""
+        for node in self._tiles(start, end):
+            add_range(self._own[node], lo, hi)
+            add_range(self._part[node], lo, hi)
+        for node in self._edge_paths(start, end):
+            add_range(self._part[node], lo, hi)
+
+    def taken(self, start: int, end: int) -> list[list[int]]:
+        """Flat range lists whose union is every offset taken somewhere in ``[start, end)``."""
+        lists = [self._part[node] for node in self._tiles(start, end)]
+        lists += [self._own[node] for node in self._edge_paths(start, end)]
+        return [bounds for bounds in lists if bounds]
+
+
+def best_fit(lists: list[list[int]], size: int) -> int:
+    """Lowest offset of the smallest free gap that holds ``size``, else the top of the taken set.
+
+    The union's gaps come from the range starts and ends sorted apart: after the k-th smallest end
+    the next free byte run is ``[ends[k], starts[k + 1])`` whenever that is non-empty. All the
+    work is in C-level sorts and scans.
+
+    >>> best_fit([[0, 4, 9, 10], [5, 6, 12, 20]], 2)
+    10
+    >>> best_fit([[2, 4]], 2)
+    0
+    >>> best_fit([[0, 4]], 5)
+    4
+    """
+    starts, ends = [], [0]  # the leading 0 end: the run below the lowest range
+    for flat in lists:
+        starts += flat[0::2]
+        ends += flat[1::2]
+    starts.sort()
+    ends.sort()
+    starts.append(0)  # pairs with the highest end: never a gap, the space above is open
+    runs = list(map(sub, starts, ends))
+    ranked = sorted(runs)
+    k = bisect_left(ranked, size)
+    return ends[runs.index(ranked[k])] if k < len(ranked) else ends[-1]

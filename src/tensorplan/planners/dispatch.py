@@ -88,4 +88,3 @@ def plan_buffers(
         algorithm=outcome.algorithm,
         search_seconds=outcome.search_seconds,
     )
-

@@ -1,0 +1,113 @@
+"""CSV instances: loading, rejecting malformed rows, writing solutions, planning every instance."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+from tensorplan.dsa import load_instance, write_solution
+from tensorplan.errors import FormatError
+from tensorplan.planners import Buffer, lower_bound, plan_buffers
+from tensorplan.validate import find_overlaps
+
+
+def dsa_dir() -> Path:
+    """The shared instances: $TENSORPLAN_DSA_DIR, else ``shared/dsa`` beside the repository."""
+    override = os.environ.get("TENSORPLAN_DSA_DIR")
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "dsa"
+
+
+INSTANCES = sorted(dsa_dir().glob("*.csv"))
+# lower bounds published in shared/dsa/README.md
+KNOWN_BOUNDS = {
+    "challenging_C": 1_039_360,
+    "challenging_D": 986_112,
+    "challenging_J": 989_184,
+    "resnet50": 1_515_472_556,
+    "tiny_bert": 758_936_113,
+    "bert_base": 15_734_934_689,
+    "pangu_2.6B": 5_530_099_775,
+    "iopddl_G_1": 3_030_937_746,
+    "iopddl_S_1": 1_498_635_932,
+    "iree_mobilenet": 5_706_112,
+    "iree_mobilebert": 1_674_240,
+}
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "instance.csv"
+    path.write_text(text)
+    return path
+
+
+def test_the_shared_instances_are_there():
+    assert len(INSTANCES) == 19
+
+
+@pytest.mark.parametrize("path", INSTANCES, ids=lambda p: p.stem)
+def test_every_instance_plans_with_a_verified_greedy_plan(path):
+    instance = load_instance(path)
+    buffers = instance.problem.buffers
+    placement = plan_buffers(buffers, algorithm="greedy")
+    sizes, starts, ends = ([getattr(b, f) for b in buffers] for f in ("size", "start", "end"))
+    assert find_overlaps(sizes, starts, ends, placement.offsets) == []
+    assert placement.lower_bound == lower_bound(buffers)
+    assert placement.lower_bound == KNOWN_BOUNDS.get(path.stem, 1_048_576)
+    assert placement.lower_bound <= placement.peak <= sum(sizes)
+    assert placement.peak == max(o + s for o, s in zip(placement.offsets, sizes, strict=True))
+
+
+def test_load_keeps_ids_buffers_and_extra_columns(tmp_path):
+    path = _write(tmp_path, "id,lower,upper,size,offset\nx,0,3,10,64\ny,2,5,0,0\n")
+    instance = load_instance(path)
+    assert instance.ids == ("x", "y")
+    assert instance.problem.buffers == (Buffer(10, 0, 3), Buffer(0, 2, 5))
+    assert instance.column("offset") == (64, 0)
+    assert instance.column("colour") is None
+
+
+def test_iree_reference_offsets_are_read():
+    instance = load_instance(dsa_dir() / "iree_mobilenet.csv")
+    reference = instance.column("offset")
+    assert reference is not None and len(reference) == 56
+    sizes = [b.size for b in instance.problem.buffers]
+    assert max(o + s for o, s in zip(reference, sizes, strict=True)) == 7_311_744
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("id,lower,upper,size\n1,0,2,8\n2,0,x,8\n", r"instance\.csv:3: expected integers"),
+        ("id,lower,upper,size\n1,0,2,8\n\n2,5,5,8\n", r"instance\.csv:4: .*\[5, 5\) is empty"),
+        ("id,lower,upper,size\n1,0,2,-8\n", r"instance\.csv:2: .*negative"),
+        ("id,lower,upper,size\n1,0,2\n", r"instance\.csv:2: 3 fields, the header has 4"),
+        ("id,lower,size\n1,0,2\n", r"instance\.csv:1: header lacks column\(s\) upper"),
+        ("", "empty file"),
+    ],
+)
+def test_malformed_files_name_the_line(tmp_path, text, message):
+    with pytest.raises(FormatError, match=message):
+        load_instance(_write(tmp_path, text))
+
+
+def test_missing_file_is_a_format_error(tmp_path):
+    with pytest.raises(FormatError, match="cannot read instance"):
+        load_instance(tmp_path / "nope.csv")
+
+
+def test_write_solution_adds_or_replaces_the_offset_column(tmp_path):
+    path = _write(tmp_path, "id,lower,upper,size,offset\na,0,2,8,100\nb,1,3,8,200\n")
+    instance = load_instance(path)
+    placement = plan_buffers(instance.problem.buffers, algorithm="naive")
+    out = tmp_path / "solution.csv"
+    write_solution(out, instance, placement)
+    with out.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    assert rows == [
+        ["id", "lower", "upper", "size", "offset"],
+        ["a", "0", "2", "8", "0"],
+        ["b", "1", "3", "8", "8"],
+    ]

@@ -1,0 +1,170 @@
+"""The planner core: naive, greedy, the lower bound, alignment and the public API."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorplan.errors import PlanError
+from tensorplan.planners import Buffer, Placement, Problem, lower_bound, plan_buffers
+from tensorplan.planners.occupancy import OccupancyIndex, add_range, best_fit
+from tensorplan.validate import find_overlaps
+
+
+def _verified(buffers: list[Buffer], placement: Placement, alignment: int = 1) -> bool:
+    """True when the independent checker finds nothing wrong with the placement."""
+    sizes = [-(-b.size // alignment) * alignment for b in buffers]
+    starts = [b.start for b in buffers]
+    ends = [b.end for b in buffers]
+    return find_overlaps(sizes, starts, ends, placement.offsets, alignment) == []
+
+
+# A staircase: three buffers that each overlap the next; optimum stacks pairs, peak 12.
+STAIRS = [Buffer(4, 0, 2), Buffer(4, 1, 3), Buffer(8, 2, 4)]
+
+
+def test_lower_bound_is_largest_live_total():
+    assert lower_bound(STAIRS) == 12
+    assert lower_bound([]) == 0
+    assert lower_bound([Buffer(3, 0, 1), Buffer(5, 0, 1)], alignment=4) == 12
+
+
+def test_naive_stacks_every_buffer():
+    placement = plan_buffers(STAIRS, algorithm="naive")
+    assert placement.offsets == (0, 4, 8)
+    assert placement.peak == 16
+    assert placement.optimal is False
+    assert placement.algorithm == "naive"
+
+
+def test_greedy_reaches_known_optimum():
+    placement = plan_buffers(STAIRS, algorithm="greedy")
+    assert placement.peak == 12 == placement.lower_bound
+    assert placement.optimal is True
+    assert _verified(STAIRS, placement)
+
+
+def test_best_fit_takes_the_smallest_gap_that_fits():
+    # taken [0, 4), [7, 10), [12, 20): gaps of 3 at 4 and of 2 at 10; a 2 goes to 10, a 3 to 4
+    assert best_fit([[0, 4, 7, 10, 12, 20]], 2) == 10
+    assert best_fit([[0, 4, 7, 10, 12, 20]], 3) == 4
+    assert best_fit([[0, 4, 7, 10], [12, 20]], 4) == 20
+    assert best_fit([[3, 5]], 3) == 0
+
+
+def test_add_range_merges_touching_and_overlapping_ranges():
+    bounds = [0, 4, 10, 12]
+    add_range(bounds, 4, 6)
+    add_range(bounds, 11, 15)
+    add_range(bounds, 20, 21)
+    assert bounds == [0, 6, 10, 15, 20, 21]
+    add_range(bounds, 5, 20)
+    assert bounds == [0, 21]
+
+
+rectangles = st.lists(
+    st.tuples(st.integers(0, 50), st.integers(1, 9), st.integers(0, 15), st.integers(1, 6)),
+    max_size=25,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rectangles, st.integers(0, 15), st.integers(1, 6))
+def test_occupancy_index_reports_exactly_the_taken_bytes(rects, start, length):
+    index = OccupancyIndex(21)
+    for lo, size, first, span in rects:
+        index.add(lo, lo + size, first, first + span)
+    end = start + length
+    expected = {
+        byte
+        for lo, size, first, span in rects
+        if first < end and start < first + span
+        for byte in range(lo, lo + size)
+    }
+    lists = index.taken(start, end)
+    found = {
+        byte
+        for flat in lists
+        for lo, hi in zip(flat[::2], flat[1::2], strict=True)
+        for byte in range(lo, hi)
+    }
+    assert found == expected
+
+
+def test_disjoint_lifetimes_share_offset_zero():
+    buffers = [Buffer(100, t, t + 1) for t in range(5)]
+    placement = plan_buffers(buffers, algorithm="greedy")
+    assert placement.offsets == (0, 0, 0, 0, 0)
+    assert placement.peak == 100
+
+
+def test_alignment_rounds_sizes_and_offsets():
+    buffers = [Buffer(10, 0, 3), Buffer(1, 1, 4), Buffer(70, 2, 5)]
+    for alignment in (16, 64):
+        placement = plan_buffers(buffers, algorithm="greedy", alignment=alignment)
+        assert all(offset % alignment == 0 for offset in placement.offsets)
+        assert placement.lower_bound == lower_bound(buffers, alignment)
+        assert _verified(buffers, placement, alignment)
+    placement = plan_buffers(buffers, algorithm="naive", alignment=64)
+    assert placement.offsets == (0, 64, 128)
+    assert placement.peak == 256
+    assert placement.lower_bound == 256
+
+
+def test_zero_size_buffers_sit_at_zero_and_cost_nothing():
+    buffers = [Buffer(0, 0, 5), Buffer(8, 0, 5), Buffer(0, 2, 3)]
+    placement = plan_buffers(buffers, alignment=16)
+    assert placement.offsets == (0, 0, 0)
+    assert placement.peak == 16 == placement.lower_bound
+
+
+def test_empty_problem():
+    placement = plan_buffers([])
+    assert placement == Placement((), 0, 0, True, "greedy")
+
+
+def test_unknown_algorithm_names_the_valid_ones():
+    with pytest.raises(PlanError, match="unknown planning algorithm 'best'.*greedy.*naive"):
+        plan_buffers(STAIRS, algorithm="best")
+
+
+@pytest.mark.parametrize(
+    ("size", "start", "end", "message"),
+    [(-1, 0, 1, "negative"), (4, 3, 3, r"\[3, 3\) is empty"), (4, 5, 2, "start must be < end")],
+)
+def test_bad_buffers_are_rejected(size, start, end, message):
+    with pytest.raises(PlanError, match=message):
+        Buffer(size, start, end)
+
+
+def test_bad_alignment_is_rejected():
+    with pytest.raises(PlanError, match="alignment must be a positive int"):
+        Problem((Buffer(1, 0, 1),), alignment=0)
+
+
+def test_non_buffer_is_rejected():
+    with pytest.raises(PlanError, match=r"buffers\[0\] is tuple"):
+        plan_buffers([(1, 0, 1)])
+
+
+buffer_sets = st.lists(
+    st.builds(
+        lambda size, start, length: Buffer(size, start, start + length),
+        st.integers(0, 64),
+        st.integers(0, 30),
+        st.integers(1, 12),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(buffer_sets, st.sampled_from([1, 8]))
+def test_random_sets_give_verified_plans(buffers, alignment):
+    naive = plan_buffers(buffers, algorithm="naive", alignment=alignment)
+    greedy = plan_buffers(buffers, algorithm="greedy", alignment=alignment)
+    bound = lower_bound(buffers, alignment)
+    assert _verified(buffers, naive, alignment) and _verified(buffers, greedy, alignment)
+    assert naive.peak >= greedy.peak >= bound == greedy.lower_bound
+    assert greedy.optimal == (greedy.peak == bound)

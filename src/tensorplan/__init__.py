@@ -14,10 +14,21 @@ from .errors import (
     UnboundedShapeError,
     UnsupportedOpError,
 )
+from .plan import MemoryPlan, PlannedRegion, PlannedStorage
+from .planners import Buffer, Placement, plan_buffers
+from .program import Program, compile
 from .propagate import propagate
 from .spec import SpecTable, TensorSpec
 
 __all__ = [
+    "Buffer",
+    "MemoryPlan",
+    "Placement",
+    "PlannedRegion",
+    "PlannedStorage",
+    "Program",
+    "compile",
+    "plan_buffers",
     "CaptureError",
     "FormatError",
     "InputError",

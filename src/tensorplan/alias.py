@@ -1,0 +1,335 @@
+"""Stage 3: which values share storage, read from operator schemas and the program signature.
+
+Rules (DESIGN rule 5):
+- an output annotated ``Tensor(a)`` is a view of the argument annotated with the same set ``a``
+  and shares its storage; a list output of an op whose argument is ``Tensor(a -> *)`` (``split``,
+  ``unbind``) shares that argument's storage element by element;
+- an output annotated ``Tensor(a!)`` is the mutated argument itself;
+- ``operator.getitem`` takes the storage of the element it selects (the one exception that has no
+  schema);
+- parameters, lifted constants and never-mutated buffers have no storage (they are not in the
+  arena); a mutated buffer is one ``state`` storage that keeps its value across runs, and the
+  value written back to it shares that storage when no later node still reads the old value;
+- subgraph inputs of ``cond``/``while_loop``/``map``/``scan`` are the parent storages they are
+  called with; everything else gets a fresh storage.
+
+Worked example: ``y = x.view(-1); z = y + 1; return y, z`` gives
+``x -> 0 (input), view -> 0, add -> 1, output -> (0, 1)``.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+
+from .errors import UnsupportedOpError
+from .propagate import constant_inputs
+from .spec import SpecTable, TensorSpec
+from .trace import carried_spec
+
+StorageKind = Literal["input", "state", "activation"]
+StorageRef = int | tuple[int | None, ...] | None
+
+
+@dataclass(frozen=True)
+class Storage:
+    """One block of memory that one or more values live in."""
+
+    id: int                  # unique over the program, subgraphs included
+    nbytes: int              # bytes of its largest value (upper-bound shapes)
+    kind: StorageKind        # input: user input; state: mutated buffer; activation: computed
+    graph: str               # "" for the top-level graph, "<submodule>/" inside a subgraph
+    values: tuple[str, ...]  # names of the values that use it, in definition order
+
+
+@dataclass(frozen=True)
+class AliasTable:
+    """Storage of every value, and the storages themselves."""
+
+    storage_of: Mapping[str, StorageRef]        # value name -> storage id (tuple if multi-output)
+    storages: Mapping[int, Storage]             # storage id -> storage
+    state_of: Mapping[str, int]                 # mutated buffer/input name -> its storage id
+    write_back: tuple[tuple[str, int], ...] = ()  # (value, storage): copy after a run, when
+    #                                               the new state could not share its storage
+
+    def storage_ids(self, name: str) -> tuple[int, ...]:
+        """Every storage id a value uses (empty for constants and non-tensors)."""
+        ref = self.storage_of.get(name)
+        if isinstance(ref, int):
+            return (ref,)
+        if isinstance(ref, tuple):
+            return tuple(s for s in ref if s is not None)
+        return ()
+
+
+@dataclass
+class _Builder:
+    """Mutable state of one alias analysis run (local to ``analyze``)."""
+
+    specs: SpecTable
+    storage_of: dict[str, StorageRef] = field(default_factory=dict)
+    members: dict[int, list[str]] = field(default_factory=dict)
+    nbytes: dict[int, int] = field(default_factory=dict)
+    kinds: dict[int, StorageKind] = field(default_factory=dict)
+    graphs: dict[int, str] = field(default_factory=dict)
+
+    def fresh(self, value: str, graph: str, kind: StorageKind = "activation") -> int:
+        storage = len(self.members)
+        self.members[storage] = []
+        self.nbytes[storage] = 0
+        self.kinds[storage] = kind
+        self.graphs[storage] = graph
+        return self.join(value, storage)
+
+    def join(self, value: str, storage: int) -> int:
+        spec = _spec_at(self.specs, value)
+        self.members[storage].append(value)
+        self.nbytes[storage] = max(self.nbytes[storage], spec.nbytes if spec else 0)
+        return storage
+
+    def merge(self, into: int, source: int) -> None:
+        """Move every value of ``source`` into ``into``."""
+        for value in self.members.pop(source):
+            self.join(value, into)
+            self._retarget(value, source, into)
+        del self.nbytes[source], self.kinds[source], self.graphs[source]
+
+    def _retarget(self, value: str, source: int, into: int) -> None:
+        base, _, index = value.partition("[")
+        ref = self.storage_of[base]
+        if isinstance(ref, tuple):
+            position = int(index.rstrip("]"))
+            self.storage_of[base] = tuple(into if i == position else s for i, s in enumerate(ref))
+        elif ref == source:
+            self.storage_of[base] = into
+
+
+def _spec_at(specs: SpecTable, value: str) -> TensorSpec | None:
+    base, _, index = value.partition("[")
+    entry = specs.get(base)
+    if index and isinstance(entry, tuple):
+        return entry[int(index.rstrip("]"))]
+    return entry if isinstance(entry, TensorSpec) else None
+
+
+def _schema_source(op: torch._ops.OpOverload, ret: Any) -> str | None:
+    """Name of the argument a schema return aliases (view or in-place write), or None."""
+    info = ret.alias_info
+    if info is None:
+        return None
+    for arg in op._schema.arguments:
+        arg_info = arg.alias_info
+        if arg_info is None:
+            continue
+        if info.before_set and info.before_set & arg_info.before_set:
+            return arg.name
+        if not info.before_set and "*" in arg_info.after_set:
+            return arg.name
+    return None
+
+
+def _argument(node: torch.fx.Node, op: torch._ops.OpOverload, name: str) -> Any:
+    for position, arg in enumerate(op._schema.arguments):
+        if arg.name == name:
+            if name in node.kwargs:
+                return node.kwargs[name]
+            return node.args[position] if position < len(node.args) else None
+    return None
+
+
+class _Analysis:
+    """Walks one graph (interpreter pattern: one method per node kind)."""
+
+    def __init__(self, builder: _Builder, module: torch.fx.GraphModule, prefix: str) -> None:
+        self.b = builder
+        self.module = module
+        self.prefix = prefix
+
+    def run(self, inputs: list[StorageRef] | None, constants: frozenset[str],
+            kinds: Mapping[str, StorageKind]) -> None:
+        placeholders = iter(inputs or [])
+        for node in self.module.graph.nodes:
+            name = self.prefix + node.name
+            if node.op == "placeholder":
+                ref = next(placeholders) if inputs is not None else \
+                    self._top_input(node, constants, kinds)
+            elif node.op == "output":
+                continue
+            else:
+                ref = self._node(node, name)
+            self.b.storage_of[name] = ref
+
+    def _top_input(self, node: torch.fx.Node, constants: frozenset[str],
+                   kinds: Mapping[str, StorageKind]) -> StorageRef:
+        if node.name in constants or _spec_at(self.b.specs, node.name) is None:
+            return None
+        return self.b.fresh(node.name, "", kinds.get(node.name, "input"))
+
+    def _node(self, node: torch.fx.Node, name: str) -> StorageRef:
+        if node.op == "get_attr":
+            return None
+        if carried_spec(node) is not None:
+            return self._fresh_outputs(name)
+        if node.op != "call_function":
+            raise UnsupportedOpError(f"alias: node {name!r} has kind {node.op!r}, which has no "
+                                     "alias rule; export the model with torch.export")
+        if node.target is operator.getitem:
+            return self._getitem(node, name)
+        if isinstance(node.target, torch._ops.OpOverload):
+            return self._op(node, name)
+        if node.target in _SUBGRAPH_INPUTS:
+            return self._control_flow(node, name)
+        return self._fresh_outputs(name)
+
+    def _ref(self, arg: Any) -> StorageRef:
+        if isinstance(arg, torch.fx.Node):
+            return self.b.storage_of.get(self.prefix + arg.name)
+        return None
+
+    def _getitem(self, node: torch.fx.Node, name: str) -> StorageRef:
+        source, index = node.args
+        ref = self._ref(source)
+        storage = ref[index] if isinstance(ref, tuple) else None
+        if storage is not None:
+            self.b.join(name, storage)
+        return storage
+
+    def _op(self, node: torch.fx.Node, name: str) -> StorageRef:
+        op = node.target
+        entry = self.b.specs.get(name)
+        if entry is None:
+            return None
+        returns = op._schema.returns
+        items = entry if isinstance(entry, tuple) else (entry,)
+        if len(returns) == 1 and isinstance(entry, tuple):  # one list return: Tensor(a)[]
+            returns = returns * len(entry)
+        refs = []
+        for i, (ret, spec) in enumerate(zip(returns, items, strict=True)):
+            value = f"{name}[{i}]" if isinstance(entry, tuple) else name
+            refs.append(self._output(node, op, ret, spec, value))
+        return tuple(refs) if isinstance(entry, tuple) else refs[0]
+
+    def _output(self, node, op, ret, spec, value: str) -> int | None:
+        if spec is None:
+            return None
+        source = _schema_source(op, ret)
+        if source is None:
+            return self.b.fresh(value, self.prefix)
+        base = self._ref(_argument(node, op, source))
+        if base is None:  # a view of a constant is a constant
+            return None
+        if not isinstance(base, int):
+            raise UnsupportedOpError(f"alias: {value!r} ({op}) aliases argument {source!r}, "
+                                     "which is not a single tensor")
+        return self.b.join(value, base)
+
+    def _fresh_outputs(self, name: str) -> StorageRef:
+        entry = self.b.specs.get(name)
+        if isinstance(entry, tuple):
+            return tuple(None if s is None else self.b.fresh(f"{name}[{i}]", self.prefix)
+                         for i, s in enumerate(entry))
+        return None if entry is None else self.b.fresh(name, self.prefix)
+
+    def _control_flow(self, node: torch.fx.Node, name: str) -> StorageRef:
+        outputs = self._fresh_outputs(name)
+        args = [self._ref_tree(a) for a in node.args]
+        for position, inputs in _SUBGRAPH_INPUTS[node.target](args, outputs):
+            graph_node = node.args[position]
+            submodule = getattr(self.module, graph_node.target)
+            prefix = f"{self.prefix}{graph_node.target}/"
+            _Analysis(self.b, submodule, prefix).run(list(inputs), frozenset(), {})
+        return outputs
+
+    def _ref_tree(self, arg: Any) -> Any:
+        if isinstance(arg, (list, tuple)):
+            return [self._ref(a) for a in arg]
+        return self._ref(arg)
+
+
+def _as_list(ref: StorageRef) -> list[int | None]:
+    return list(ref) if isinstance(ref, tuple) else [ref]
+
+
+def _cond(args, outputs):
+    return [(1, args[3]), (2, args[3])]
+
+
+def _while(args, outputs):
+    carried = _as_list(outputs)
+    return [(0, [*carried, *args[3]]), (1, [*carried, *args[3]])]
+
+
+def _map(args, outputs):
+    return [(0, [*args[1], *args[2]])]
+
+
+def _scan(args, outputs):
+    carry = _as_list(outputs)[:len(args[1])]
+    return [(0, [*carry, *args[2], *args[3]])]
+
+
+# For each control-flow operator: which argument positions hold subgraphs, and the storages their
+# inputs live in (parent operands, or the node's own outputs for loop-carried values).
+_SUBGRAPH_INPUTS = {
+    torch.ops.higher_order.cond: _cond,
+    torch.ops.higher_order.while_loop: _while,
+    torch.ops.higher_order.map_impl: _map,
+    torch.ops.higher_order.scan: _scan,
+}
+
+
+def _state_inputs(program: ExportedProgram) -> dict[str, str]:
+    """Output value name -> placeholder name, for every buffer or user input written back."""
+    signature = program.graph_signature
+    buffer_placeholder = {target: name for name, target in signature.inputs_to_buffers.items()}
+    state = {out: buffer_placeholder[target] for out, target in signature.buffers_to_mutate.items()}
+    state.update(signature.user_inputs_to_mutate)
+    return state
+
+
+def _last_read_step(graph: torch.fx.Graph, values: list[str]) -> int:
+    order = {node.name: i for i, node in enumerate(graph.nodes)}
+    nodes = [n for n in graph.nodes if n.name in values]
+    steps = [order[user.name] for n in nodes for user in n.users if user.op != "output"]
+    return max(steps, default=-1)
+
+
+def _share_state(b: _Builder, program: ExportedProgram, state: dict[str, str]) -> list:
+    """Put each new state value in its input's storage when that is safe; else write it back."""
+    graph = program.graph
+    order = {node.name: i for i, node in enumerate(graph.nodes)}
+    write_back = []
+    for value, placeholder in state.items():
+        target, source = b.storage_of[placeholder], b.storage_of[value]
+        if target == source:
+            continue
+        readers = [v.partition("[")[0] for v in b.members[target]]
+        safe = (b.kinds.get(source) == "activation" and not b.graphs[source]
+                and _last_read_step(graph, readers) <= order[value.partition("[")[0]])
+        if safe:
+            b.merge(target, source)
+        else:
+            write_back.append((value, target))
+    return write_back
+
+
+def analyze(program: ExportedProgram, specs: SpecTable) -> AliasTable:
+    """Assign every tensor value of ``program`` a storage; see the module docstring for rules.
+
+    Pure: reads the program and the spec table, returns a new table.
+    """
+    state = _state_inputs(program)
+    kinds: dict[str, StorageKind] = {name: "state" for name in state.values()}
+    builder = _Builder(specs)
+    _Analysis(builder, program.graph_module, "").run(None, constant_inputs(program), kinds)
+    write_back = _share_state(builder, program, state)
+    storages = {sid: Storage(sid, builder.nbytes[sid], builder.kinds[sid], builder.graphs[sid],
+                             tuple(values)) for sid, values in builder.members.items()}
+    state_of = {name: builder.storage_of[name] for name in state.values()}
+    return AliasTable(dict(builder.storage_of), storages, state_of, tuple(write_back))

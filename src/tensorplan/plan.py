@@ -1,0 +1,159 @@
+"""Stage 4b: offsets for every storage, in one arena; the ``MemoryPlan`` and its verification.
+
+Each graph is one planning problem (torch-free ``Buffer``s). Subgraphs are planned first; a
+control-flow node then reserves a region as large as its largest subgraph plan, live only at
+its step, and the subgraph storages sit inside that region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from .alias import AliasTable, StorageKind
+from .errors import PlanError
+from .liveness import GraphLifetimes
+from .planners import Buffer, Placement, plan_buffers
+from .validate import check_placement
+
+
+@dataclass(frozen=True)
+class PlannerParams:
+    """Options of the planning stage."""
+
+    algorithm: str = "auto"         # naive | greedy | optimal | auto
+    alignment: int = 16             # every offset is a multiple of it, sizes rounded up to it
+    time_limit: float | None = None  # seconds for the optimal search (None: planner default)
+
+
+@dataclass(frozen=True)
+class PlannedStorage:
+    """Where one storage lives and when."""
+
+    id: int                   # storage id (as in TensorSpec.storage)
+    offset: int               # byte offset in the arena
+    size: int                 # bytes reserved (aligned)
+    start: int                # first step live, in its graph's schedule
+    end: int                  # first step no longer live
+    kind: StorageKind         # input, state or activation
+    graph: str                # "" or the subgraph prefix whose schedule start/end refer to
+    values: tuple[str, ...]   # the values that use it
+
+
+@dataclass(frozen=True)
+class PlannedRegion:
+    """The region a control-flow node reserves for its subgraphs."""
+
+    node: str                    # value name of the control-flow node
+    graph: str                   # the graph the node belongs to
+    offset: int                  # byte offset in the arena
+    size: int                    # bytes (the largest subgraph plan)
+    step: int                    # live for [step, step + 1) of its graph
+    subgraphs: tuple[str, ...]   # prefixes of the subgraphs inside it
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Every storage's offset in one arena, with the bound that no plan can beat."""
+
+    arena_bytes: int                        # bytes of the activation arena (aligned)
+    lower_bound_bytes: int                  # largest aligned bytes live at one top-level step
+    algorithm: str                          # the planner that placed the top-level graph
+    alignment: int                          # offset alignment in bytes
+    optimal: bool                           # proven minimal for this schedule
+    storages: Mapping[int, PlannedStorage]  # storage id -> placement
+    regions: tuple[PlannedRegion, ...]      # control-flow regions
+
+    def verify(self) -> None:
+        """Raise ``PlanError`` if two storages live at the same step of the same graph overlap,
+        an offset breaks the alignment, a subgraph storage leaves its region, or anything
+        exceeds the arena."""
+        for graph in {s.graph for s in self.storages.values()} | {r.graph for r in self.regions}:
+            self._verify_graph(graph)
+        for region in self.regions:
+            for sub in region.subgraphs:
+                self._verify_inside(region, sub)
+
+    def _verify_graph(self, graph: str) -> None:
+        items = [(s.size, s.start, s.end, s.offset) for s in self.storages.values()
+                 if s.graph == graph]
+        items += [(r.size, r.step, r.step + 1, r.offset) for r in self.regions if r.graph == graph]
+        if not items:
+            return
+        sizes, starts, ends, offsets = (list(column) for column in zip(*items, strict=True))
+        try:
+            check_placement(sizes, starts, ends, offsets, self.alignment, peak=self.arena_bytes)
+        except PlanError as error:
+            where = f"subgraph {graph!r}" if graph else "the top-level graph"
+            raise PlanError(f"plan: {where}: {error}") from None
+
+    def _verify_inside(self, region: PlannedRegion, subgraph: str) -> None:
+        for s in self.storages.values():
+            if s.graph == subgraph and not (
+                    region.offset <= s.offset and s.offset + s.size <= region.offset + region.size):
+                raise PlanError(
+                    f"plan: storage {s.id} of {subgraph!r} at [{s.offset}, {s.offset + s.size}) "
+                    f"leaves the region of {region.node!r} at [{region.offset}, "
+                    f"{region.offset + region.size})")
+
+
+@dataclass(frozen=True)
+class _GraphPlan:
+    """One graph planned on its own: offsets relative to its start."""
+
+    placement: Placement
+    storages: dict[int, PlannedStorage]
+    regions: list[PlannedRegion]
+
+
+def _plan_graph(graph: str, lives: Mapping[str, GraphLifetimes], alias: AliasTable,
+                params: PlannerParams) -> _GraphPlan:
+    own = lives[graph]
+    nested = {sub: _plan_graph(sub, lives, alias, params)
+              for region in own.regions for sub in region.subgraphs}
+    region_sizes = [max((nested[s].placement.peak for s in r.subgraphs), default=0)
+                    for r in own.regions]
+    buffers = [Buffer(alias.storages[lt.storage].nbytes, lt.start, lt.end)
+               for lt in own.lifetimes]
+    buffers += [Buffer(size, r.step, r.step + 1) for r, size in zip(own.regions, region_sizes,
+                                                                     strict=True)]
+    placement = plan_buffers(buffers, algorithm=params.algorithm, alignment=params.alignment,
+                             time_limit=params.time_limit)
+    offsets = placement.offsets
+    storages = {}
+    for lt, offset in zip(own.lifetimes, offsets, strict=False):
+        storage = alias.storages[lt.storage]
+        storages[lt.storage] = PlannedStorage(lt.storage, offset, _aligned(storage.nbytes, params),
+                                              lt.start, lt.end, storage.kind, graph, storage.values)
+    regions = []
+    for i, (region, size) in enumerate(zip(own.regions, region_sizes, strict=True)):
+        base = offsets[len(own.lifetimes) + i]
+        regions.append(PlannedRegion(region.node, graph, base, _aligned(size, params),
+                                     region.step, region.subgraphs))
+        for sub in region.subgraphs:
+            storages.update({sid: _shifted(s, base) for sid, s in nested[sub].storages.items()})
+            regions += [_shifted(r, base) for r in nested[sub].regions]
+    return _GraphPlan(placement, storages, regions)
+
+
+def _aligned(size: int, params: PlannerParams) -> int:
+    return -(-size // params.alignment) * params.alignment
+
+
+def _shifted(item: PlannedStorage | PlannedRegion, base: int) -> PlannedStorage | PlannedRegion:
+    return replace(item, offset=item.offset + base)
+
+
+def plan_memory(lives: Mapping[str, GraphLifetimes], alias: AliasTable,
+                params: PlannerParams = PlannerParams()) -> MemoryPlan:
+    """Place every storage of every graph in one arena and verify the result.
+
+    Raises ``PlanError`` if verification fails (a planner bug: report it).
+    """
+    top = _plan_graph("", lives, alias, params)
+    plan = MemoryPlan(arena_bytes=top.placement.peak, lower_bound_bytes=top.placement.lower_bound,
+                      algorithm=top.placement.algorithm, alignment=params.alignment,
+                      optimal=top.placement.optimal, storages=top.storages,
+                      regions=tuple(top.regions))
+    plan.verify()
+    return plan

@@ -1,0 +1,95 @@
+"""Stage 4: lifetimes, offsets, the MemoryPlan and its verification."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch.export import Dim
+
+import tensorplan as tp
+from tensorplan import zoo
+from tensorplan.liveness import lifetimes
+
+
+class Chain(torch.nn.Module):
+    def forward(self, x):
+        return x.relu().neg()
+
+
+def test_lifetimes_are_half_open_over_graph_order():
+    prog = tp.compile(Chain(), (torch.randn(4),))
+    lives = lifetimes(prog.exported_program, prog.alias)[""]
+    by_storage = {lt.storage: (lt.start, lt.end) for lt in lives.lifetimes}
+    # steps: 0 x, 1 relu, 2 neg, 3 output
+    assert by_storage[prog.specs["x"].storage] == (0, 2)
+    assert by_storage[prog.specs["relu"].storage] == (1, 3)
+    assert by_storage[prog.specs["neg"].storage] == (2, 4)
+    # x and neg never meet: 16 B each, aligned to 16 -> two slots at most
+    assert prog.plan.arena_bytes == prog.plan.lower_bound_bytes == 32
+
+
+def test_verify_catches_an_overlapping_plan():
+    prog = tp.compile(Chain(), (torch.randn(4),))
+    relu = prog.specs["relu"].storage
+    neg = prog.specs["neg"].storage
+    storages = dict(prog.plan.storages)
+    storages[neg] = dataclasses.replace(storages[neg], offset=storages[relu].offset)
+    broken = dataclasses.replace(prog.plan, storages=storages)
+    with pytest.raises(tp.PlanError, match="overlap"):
+        broken.verify()
+
+
+def test_verify_catches_a_misaligned_offset():
+    prog = tp.compile(Chain(), (torch.randn(4),))
+    storages = dict(prog.plan.storages)
+    sid = prog.specs["neg"].storage
+    storages[sid] = dataclasses.replace(storages[sid], offset=storages[sid].offset + 4)
+    with pytest.raises(tp.PlanError):
+        dataclasses.replace(prog.plan, storages=storages, arena_bytes=10**6).verify()
+
+
+@pytest.mark.parametrize("alignment", [1, 16, 64])
+def test_alignment_is_honoured(alignment):
+    e = zoo.example("mlp")
+    prog = tp.compile(e.model, e.args, alignment=alignment)
+    assert prog.plan.alignment == alignment
+    assert all(s.offset % alignment == 0 and s.size % alignment == 0
+               for s in prog.plan.storages.values())
+    assert prog.plan.arena_bytes % alignment == 0
+
+
+def test_dynamic_dims_are_planned_at_their_upper_bound():
+    prog = tp.compile(Chain(), (torch.randn(3, 8),),
+                      dynamic_shapes=({0: Dim("rows", min=2, max=100)},))
+    relu = prog.plan.storages[prog.specs["relu"].storage]
+    assert relu.size == 100 * 8 * 4
+
+
+def test_cond_branches_share_one_region_sized_for_the_larger_branch():
+    class Branches(torch.nn.Module):
+        def forward(self, x, p):
+            def big(t):
+                return (t.exp() * 2).sin() + 1  # several 256 B temporaries
+
+            def small(t):
+                return t.neg()
+            return torch.cond(p.sum() > 0, big, small, (x,)) * 2
+
+    prog = tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)))
+    (region,) = prog.plan.regions
+    assert region.subgraphs == ("true_graph_0/", "false_graph_0/")
+    inside = [s for s in prog.plan.storages.values() if s.graph == "true_graph_0/"]
+    assert inside and all(region.offset <= s.offset < region.offset + region.size for s in inside)
+    assert region.size == 2 * 256  # two temporaries of the big branch live at once
+    prog.plan.verify()
+
+
+@pytest.mark.parametrize("name", zoo.names())
+def test_zoo_models_plan_at_the_lower_bound(name):
+    e = zoo.example(name)
+    prog = tp.compile(e.model, e.args, e.kwargs, dynamic_shapes=e.dynamic_shapes)
+    assert prog.plan.arena_bytes <= prog.plan.lower_bound_bytes * 1.02
+    assert prog.plan.arena_bytes >= prog.plan.lower_bound_bytes
+    prog.plan.verify()

@@ -7,6 +7,7 @@ and a module whose buffer is updated in place.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,14 +143,27 @@ _FACTORIES: dict[str, Callable[[], Example]] = {
 }
 
 
+def _factories() -> dict[str, Callable[[], Example]]:
+    """The built-in factories, plus the ``hf_*`` models when ``transformers`` is installed.
+
+    ``transformers`` itself is only imported when an ``hf_*`` model is built.
+    """
+    if importlib.util.find_spec("transformers") is None:
+        return _FACTORIES
+    from .hf_models import hf_examples
+
+    return {**_FACTORIES, **hf_examples()}
+
+
 def names() -> list[str]:
     """Names of the built-in models."""
-    return sorted(_FACTORIES)
+    return sorted(_factories())
 
 
 def example(name: str, seed: int = 0) -> Example:
     """Build the built-in model ``name`` with weights and inputs drawn from ``seed``."""
-    if name not in _FACTORIES:
+    factories = _factories()
+    if name not in factories:
         raise InputError(f"zoo: no built-in model {name!r}; choose one of {', '.join(names())}")
     torch.manual_seed(seed)
-    return _FACTORIES[name]()
+    return factories[name]()

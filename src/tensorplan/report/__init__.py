@@ -1,0 +1,7 @@
+"""Reports of a compiled program: terminal tables, JSON, a C header and a timeline picture."""
+
+from .export import plan_to_c_header, plan_to_json
+from .tables import plan_summary, spec_table
+from .timeline import plot_timeline
+
+__all__ = ["plan_summary", "plan_to_c_header", "plan_to_json", "plot_timeline", "spec_table"]

@@ -1,0 +1,99 @@
+"""Terminal tables (rich) of a spec table and of a memory plan."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ..plan import MemoryPlan, PlannedStorage
+from ..program import Program
+from ..spec import SpecTable
+from .text import bytes_text, dtype_name, shape_text
+
+SHOWN_VALUES = 3  # values named per storage row before "+N more"
+
+
+def spec_table(specs: SpecTable, title: str = "Tensor specs") -> Table:
+    """One row per tensor value (items of multi-output values as ``name[i]``).
+
+    Columns: name, shape (symbolic dims as ``s0<=128``), dtype, dim_order, nbytes, storage
+    (``-`` for constants) and const. Non-tensor values have no row.
+    """
+    table = Table(title=title)
+    table.add_column("name", overflow="fold", min_width=12)
+    table.add_column("shape")
+    table.add_column("dtype", no_wrap=True)
+    table.add_column("dim_order", no_wrap=True)
+    table.add_column("nbytes", justify="right")
+    table.add_column("storage", justify="right")
+    table.add_column("const")
+    for name, spec in specs.tensors():
+        table.add_row(Text(name), Text(shape_text(spec)), dtype_name(spec.dtype),
+                      str(spec.dim_order), bytes_text(spec.nbytes),
+                      "-" if spec.storage is None else str(spec.storage),
+                      "yes" if spec.const else "")
+    return table
+
+
+def _ratio(plan: MemoryPlan) -> str:
+    if plan.lower_bound_bytes == 0:
+        return "n/a (nothing to place)"
+    return f"{plan.arena_bytes / plan.lower_bound_bytes:.3f} (arena / lower bound)"
+
+
+def _kinds(plan: MemoryPlan) -> str:
+    counts = Counter(s.kind for s in plan.storages.values())
+    detail = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+    return f"{len(plan.storages)} ({detail})" if counts else "0"
+
+
+def overview_table(plan: MemoryPlan) -> Table:
+    """Two columns: the plan's headline numbers (arena, lower bound, ratio, algorithm, ...)."""
+    table = Table(title="Memory plan", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("arena", bytes_text(plan.arena_bytes))
+    table.add_row("lower bound", bytes_text(plan.lower_bound_bytes))
+    table.add_row("ratio", _ratio(plan))
+    table.add_row("algorithm", plan.algorithm)
+    table.add_row("optimal", "yes" if plan.optimal else "not proven")
+    table.add_row("alignment", f"{plan.alignment} B")
+    table.add_row("storages", _kinds(plan))
+    table.add_row("regions", str(len(plan.regions)))
+    return table
+
+
+def _values_text(storage: PlannedStorage) -> str:
+    shown = ", ".join(storage.values[:SHOWN_VALUES])
+    hidden = len(storage.values) - SHOWN_VALUES
+    return f"{shown} +{hidden} more" if hidden > 0 else shown
+
+
+def largest_storages(storages: list[PlannedStorage], top: int) -> list[PlannedStorage]:
+    """The ``top`` largest storages, largest first (ties by id)."""
+    return sorted(storages, key=lambda s: (-s.size, s.id))[:top]
+
+
+def storage_table(plan: MemoryPlan, top: int = 10) -> Table:
+    """The ``top`` largest storages with offset, size, lifetime ``[start, end)``, kind, values."""
+    rows = largest_storages(list(plan.storages.values()), top)
+    table = Table(title=f"Largest {len(rows)} of {len(plan.storages)} storages")
+    table.add_column("id", justify="right")
+    table.add_column("offset", justify="right", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("lifetime", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("values", overflow="fold")
+    for s in rows:
+        where = f" in {s.graph}" if s.graph else ""
+        table.add_row(str(s.id), f"{s.offset:,}", bytes_text(s.size),
+                      Text(f"[{s.start}, {s.end}){where}"), s.kind, Text(_values_text(s)))
+    return table
+
+
+def plan_summary(program: Program, top: int = 10) -> Group:
+    """The plan's overview table followed by its ``top`` largest storages, as one renderable."""
+    return Group(overview_table(program.plan), storage_table(program.plan, top))

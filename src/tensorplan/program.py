@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from .capture import capture
 from .liveness import lifetimes
 from .plan import MemoryPlan, PlannerParams, plan_memory
 from .propagate import propagate
+from .runtime.executor import Executor
 from .spec import Entry, SpecTable, TensorSpec
 
 
@@ -26,6 +28,28 @@ class Program:
     specs: SpecTable                   # every value's spec, with its storage id
     alias: AliasTable                  # which values share storage
     plan: MemoryPlan                   # offsets of every storage in one arena
+
+    @functools.cached_property
+    def _executor(self) -> Executor:
+        return Executor(self.exported_program, self.specs, self.alias, self.plan)
+
+    def run(self, *args: Any, copy_outputs: bool = True, **kwargs: Any) -> Any:
+        """Run the program out of its arena; outputs come in the model's own structure.
+
+        By default outputs are fresh tensors. With ``copy_outputs=False`` they are views into the
+        arena, valid only until the next run. Raises ``InputError`` for inputs that do not match
+        the compiled signature (count, dtype, rank, a dim outside its range).
+        """
+        return self._executor.run(args, kwargs, copy_outputs)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Op name -> how many times it ran functionally and was copied into its view."""
+        return dict(self._executor.fallbacks)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The current value of every mutated buffer (by buffer name), as copies."""
+        return self._executor.state_dict()
 
 
 def _with_storage(entry: Entry, ref: Any) -> Entry:

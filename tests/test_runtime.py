@@ -1,0 +1,256 @@
+"""Stage 5: programs run out of one arena and agree with eager PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._higher_order_ops.map import map as map_op
+from torch._higher_order_ops.scan import scan
+from torch._higher_order_ops.while_loop import while_loop
+from torch.export import Dim
+
+import tensorplan as tp
+from tensorplan import zoo
+from tensorplan.zoo import KVCache
+
+CL = torch.channels_last
+BUILT_IN = ["convnet", "kv_cache", "mlp", "tiny_gpt"]
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def same_as_eager(model, args, runs=None, dynamic_shapes=None) -> tp.Program:
+    prog = tp.compile(model, args, dynamic_shapes=dynamic_shapes)
+    for inputs in runs or [args]:
+        torch.testing.assert_close(prog.run(*inputs), model(*inputs))
+    return prog
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_built_in_models_match_eager_without_fallbacks(name):
+    example = zoo.example(name)
+    prog = tp.compile(example.model, example.args, dynamic_shapes=example.dynamic_shapes)
+    reference = zoo.example(name)  # same seed: same weights, fresh buffers
+    torch.testing.assert_close(prog.run(*example.args), reference.model(*reference.args))
+    assert prog.stats == {}
+
+
+def test_tiny_gpt_runs_three_sequence_lengths_in_one_arena():
+    example = zoo.example("tiny_gpt")
+    prog = tp.compile(example.model, example.args, dynamic_shapes=example.dynamic_shapes)
+    arena = prog._executor.ctx.arena.bytes.data_ptr()
+    for length in (2, 45, 128):
+        tokens = torch.randint(0, 256, (1, length))
+        torch.testing.assert_close(prog.run(tokens), example.model(tokens))
+    assert prog._executor.ctx.arena.bytes.data_ptr() == arena
+
+
+def test_linear_is_bit_exact():
+    model = torch.nn.Linear(16, 8)
+    x = torch.randn(4, 16)
+    assert torch.equal(tp.compile(model, (x,)).run(x), model(x))
+
+
+def test_outputs_are_fresh_unless_asked_for_views():
+    prog = tp.compile(Fn(lambda t: t * 2), (torch.randn(3),))
+    first = prog.run(torch.ones(3))
+    prog.run(torch.zeros(3))
+    assert torch.equal(first, torch.full((3,), 2.0))
+    view = prog.run(torch.ones(3), copy_outputs=False)
+    prog.run(torch.full((3,), 5.0), copy_outputs=False)
+    assert torch.equal(view, torch.full((3,), 10.0))  # a view into the arena
+
+
+# --- layouts ------------------------------------------------------------------------------
+
+class ConvClone(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x).clone()
+
+
+def test_channels_last_conv_clone_runs_and_returns_channels_last():
+    model = ConvClone().to(memory_format=CL)
+    x = torch.randn(2, 3, 8, 8).to(memory_format=CL)
+    prog = tp.compile(model, (x,))
+    out = prog.run(x)
+    assert out.is_contiguous(memory_format=CL) and not out.is_contiguous()
+    torch.testing.assert_close(out, model(x))
+
+
+def test_channels_last_input_to_contiguous_program_is_copied_not_reinterpreted():
+    model = ConvClone()
+    prog = tp.compile(model, (torch.randn(2, 3, 8, 8),))
+    x = torch.randn(2, 3, 8, 8).to(memory_format=CL)
+    torch.testing.assert_close(prog.run(x), model(x))
+
+
+def test_size_one_dims_mixed_layouts_are_accepted():
+    model = Fn(lambda t: t * 3 + 1)
+    prog = tp.compile(model, (torch.randn(2, 3, 1, 1),))
+    x = torch.randn(2, 3, 1, 1).to(memory_format=CL)
+    torch.testing.assert_close(prog.run(x), model(x))
+
+
+def test_layout_check_rejects_a_view_whose_memory_is_not_the_spec():
+    prog = tp.compile(Fn(lambda t: (t + 1).permute(0, 2, 3, 1) * 2), (torch.randn(2, 3, 4, 4),))
+    ctx = prog._executor.ctx
+    spec = prog.specs["permute"]
+    assert spec.dim_order == (0, 3, 1, 2)
+    wrong = torch.empty(2, 4, 4, 3)  # contiguous, but the permuted view is (0, 3, 1, 2)
+    with pytest.raises(tp.LayoutError, match="permute"):
+        ctx.check_layout("permute", wrong, spec, "aten.permute.default")
+    ctx.check_layout("permute", torch.empty(2, 3, 4, 4).permute(0, 2, 3, 1), spec,
+                     "aten.permute.default")
+
+
+# --- inputs -------------------------------------------------------------------------------
+
+def test_bad_inputs_raise_input_error_naming_input_dim_value_and_bound():
+    prog = tp.compile(Fn(lambda t: t.relu()), (torch.randn(2, 8),),
+                      dynamic_shapes=({0: Dim("rows", min=2, max=16)},))
+    outside = r"dim 0 of input 'x' is 17, outside the range \[2, 16\]"
+    with pytest.raises(tp.InputError, match=outside):
+        prog.run(torch.randn(17, 8))
+    with pytest.raises(tp.InputError, match="dim 1 of input 'x' is 9"):
+        prog.run(torch.randn(4, 9))
+    with pytest.raises(tp.InputError, match="dtype torch.float64"):
+        prog.run(torch.randn(4, 8, dtype=torch.float64))
+    with pytest.raises(tp.InputError, match="rank 1"):
+        prog.run(torch.randn(8))
+    with pytest.raises(tp.InputError):
+        prog.run(torch.randn(4, 8), torch.randn(4, 8))
+
+
+# --- data-dependent sizes -----------------------------------------------------------------
+
+class NonZero(torch.nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x > 0.5) * 2, (x > 0.5).sum()
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.6, 1.0, 2.0])
+def test_nonzero_at_several_densities(scale):
+    model = NonZero()
+    prog = tp.compile(model, (torch.rand(4, 5),))
+    x = torch.rand(4, 5) * scale
+    torch.testing.assert_close(prog.run(x), model(x))
+
+
+@torch.library.custom_op("tensorplan_test::keep_positive", mutates_args=())
+def keep_positive(x: torch.Tensor) -> torch.Tensor:
+    return x[x > 0].clone()
+
+
+@keep_positive.register_fake
+def _(x):
+    return x.new_empty(torch.library.get_ctx().new_dynamic_size())
+
+
+def test_data_dependent_size_above_the_planned_bound_is_an_input_error():
+    def fn(x):
+        y = keep_positive(x)
+        torch._check(y.shape[0] <= 4)
+        return y * 2
+    prog = tp.compile(Fn(fn), (torch.randn(10),))
+    torch.testing.assert_close(prog.run(torch.tensor([1.0, -1, 2, -2, 3, -3, -4, -5, -6, -7])),
+                               torch.tensor([2.0, 4, 6]))
+    with pytest.raises(tp.InputError, match=r"above its planned upper bound \(4,\)"):
+        prog.run(torch.ones(10))
+
+
+def test_item_sized_tensor_at_several_values():
+    class Item(torch.nn.Module):
+        def forward(self, x, h):
+            k = h.item()
+            torch._check(k >= 1)
+            torch._check(k <= 100)
+            return torch.zeros(k) + x.sum()
+    same_as_eager(Item(), (torch.randn(3), torch.tensor(5)),
+                  runs=[(torch.randn(3), torch.tensor(v)) for v in (1, 7, 100)])
+
+
+# --- control flow -------------------------------------------------------------------------
+
+class CondModel(torch.nn.Module):
+    def forward(self, x, p):
+        def true_fn(x):
+            return x.sin() * 2, x[:2].cos()
+
+        def false_fn(x):
+            return x.cos() + 1, x[1:4].exp()
+
+        return torch.cond(p.sum() > 0, true_fn, false_fn, (x,))
+
+
+def test_cond_runs_both_branches():
+    x = torch.randn(4, 3)
+    same_as_eager(CondModel(), (x, torch.randn(2)), runs=[(x, torch.ones(2)), (x, -torch.ones(2))])
+
+
+def test_while_loop_map_and_scan():
+    class Loop(torch.nn.Module):
+        def forward(self, i, x):
+            return while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * 2 + 1), (i, x))
+
+    class Mapped(torch.nn.Module):
+        def forward(self, xs, y):
+            return map_op(lambda x, y: (x @ y).relu(), xs, y)
+
+    class Scanned(torch.nn.Module):
+        def forward(self, init, xs):
+            def combine(carry, x):
+                nxt = carry + x
+                return nxt, nxt * 2
+            return scan(combine, init, xs)
+
+    same_as_eager(Loop(), (torch.tensor(0), torch.randn(3)))
+    same_as_eager(Mapped(), (torch.randn(5, 2, 3), torch.randn(3, 4)))
+    same_as_eager(Scanned(), (torch.randn(3), torch.randn(6, 3)))
+
+
+# --- state --------------------------------------------------------------------------------
+
+def test_kv_cache_state_persists_and_matches_eager_over_three_runs():
+    torch.manual_seed(1)
+    eager = KVCache()
+    planned = KVCache()
+    planned.load_state_dict(eager.state_dict())
+    prog = tp.compile(planned, (torch.randn(1, 32), torch.tensor([0])))
+    for step in range(3):
+        x, pos = torch.randn(1, 32), torch.tensor([step])
+        torch.testing.assert_close(prog.run(x, pos), eager(x, pos))
+        state = prog.state_dict()
+        torch.testing.assert_close(state["k_cache"], eager.k_cache)
+        torch.testing.assert_close(state["v_cache"], eager.v_cache)
+    assert int((state["k_cache"].abs().sum(1) > 0).sum()) == 3
+
+
+def test_running_statistics_and_counters_persist():
+    class Counter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("count", torch.zeros(()))
+            self.register_buffer("total", torch.zeros(4))
+
+        def forward(self, x):
+            self.count.add_(1)
+            self.total.add_(x)
+            return self.total / self.count
+
+    eager, planned = Counter(), Counter()
+    prog = tp.compile(planned, (torch.randn(4),))
+    for _ in range(3):
+        x = torch.randn(4)
+        torch.testing.assert_close(prog.run(x), eager(x))
+    assert float(prog.state_dict()["count"]) == 3.0

@@ -6,19 +6,34 @@ Every error tensorplan raises on purpose is printed as one line on stderr with e
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
+from tensorplan.artifact import save_program
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import TensorPlanError
+from tensorplan.plan import PlannerParams
 from tensorplan.planners import Placement, plan_buffers
 from tensorplan.planners.dispatch import PLANNERS
+from tensorplan.program import Program
+from tensorplan.report import (
+    plan_summary,
+    plan_to_c_header,
+    plan_to_json,
+    plot_timeline,
+    spec_table,
+)
+from tensorplan.targets import FORMS, load_target, target_name
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
+WIDE = 160      # console width when stdout is not a terminal (files, pipes, tests)
 
 
 def _placement_table(title: str, buffers: int, placement: Placement, seconds: float) -> Table:
@@ -71,7 +86,76 @@ def run_dsa(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (add_dsa_command,)
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def add_plan_command(commands: argparse._SubParsersAction) -> None:
+    """``tensorplan plan TARGET``: compile a model, print its plan, write the files asked for."""
+    parser = commands.add_parser("plan", help="compile a model and print its memory plan")
+    parser.add_argument("target", help=FORMS)
+    parser.add_argument("--algorithm", default=None, choices=sorted(PLANNERS),
+                        help="planner (default auto; a tensorplan file keeps its saved plan)")
+    parser.add_argument("--alignment", type=_positive_int, default=None, metavar="N",
+                        help="offset alignment in bytes (default 16)")
+    parser.add_argument("--specs", action="store_true", help="print the spec table first")
+    parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
+    parser.add_argument("--header", metavar="F", help="write the plan as a C header")
+    parser.add_argument("--timeline", metavar="F.png", help="draw the plan over time")
+    parser.add_argument("--save", metavar="F", help="save the compiled program (tp.load reads it)")
+    parser.set_defaults(run=run_plan)
+
+
+def _params(args: argparse.Namespace) -> PlannerParams | None:
+    """Planner options given on the command line, or None when none was given."""
+    given = {key: value for key in ("algorithm", "alignment")
+             if (value := getattr(args, key)) is not None}
+    return dataclasses.replace(PlannerParams(), **given) if given else None
+
+
+def _write_outputs(program: Program, args: argparse.Namespace, console: Console) -> None:
+    name = target_name(args.target)
+    writers = (
+        (args.json, "plan JSON",
+         lambda path: _write_text(path, json.dumps(plan_to_json(program, name), indent=1))),
+        (args.header, "C header", lambda path: _write_text(path, plan_to_c_header(program, name))),
+        (args.timeline, "timeline", lambda path: plot_timeline(program, path, name)),
+        (args.save, "program", lambda path: save_program(program, path)),
+    )
+    for path, what, write in writers:
+        if path:
+            try:
+                write(path)
+            except OSError as error:
+                raise TensorPlanError(f"cannot write {path}: {error.strerror or error}") from None
+            console.print(f"wrote {what} to {path}", highlight=False)
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Compile (or load) the target, print the spec table if asked and the plan, write files."""
+    with warnings.catch_warnings():  # torch's own deprecation notices are not the user's
+        warnings.simplefilter("ignore", FutureWarning)
+        program = load_target(args.target, _params(args))
+    console = Console() if sys.stdout.isatty() else Console(width=WIDE)
+    if args.specs:
+        console.print(spec_table(program.specs))
+    console.print(plan_summary(program))
+    _write_outputs(program, args, console)
+    return 0
+
+
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    add_dsa_command,
+    add_plan_command,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,7 @@
+"""``python -m tensorplan``: the same as the ``tensorplan`` command."""
+
+import sys
+
+from tensorplan.cli import main
+
+sys.exit(main())

@@ -1,0 +1,102 @@
+"""What ``tensorplan plan TARGET`` plans: a built-in model, a factory, or a saved file.
+
+A target is one of:
+
+- ``zoo:NAME``: a built-in model (``tensorplan.zoo``);
+- ``package.module:factory``: a callable, called without arguments, that returns a
+  ``zoo.Example``, ``(model, args)``, ``(model, args, kwargs)`` or
+  ``(model, args, kwargs, dynamic_shapes)``; the current directory is importable, as under
+  ``python -m``;
+- the path of a file: a program written by ``torch.export.save``, or a tensorplan program file
+  written by ``save_program``. The two are told apart by content, whatever the file is called.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+from . import zoo
+from .artifact import is_artifact, load_program
+from .errors import InputError
+from .plan import PlannerParams
+from .program import Program, compile
+
+FORMS = "zoo:NAME, package.module:factory, or the path of a .pt2 file"
+
+
+def load_target(target: str, params: PlannerParams | None = None) -> Program:
+    """Compile the program ``target`` names (see the module docstring for the forms).
+
+    A tensorplan program file keeps its saved plan unless ``params`` is given, in which case
+    its embedded program is planned again with them; every other target is compiled with
+    ``params`` (default ``PlannerParams()``). A malformed target raises ``InputError``.
+    """
+    if os.path.isfile(target) or target.endswith(".pt2"):
+        return _from_file(target, params)
+    module, colon, attribute = target.partition(":")
+    if not (colon and module and attribute):
+        raise InputError(f"target {target!r}: expected {FORMS}")
+    example = zoo.example(attribute) if module == "zoo" else _from_factory(module, attribute)
+    return compile(example.model, example.args, example.kwargs,
+                   dynamic_shapes=example.dynamic_shapes, **_options(params))
+
+
+def target_name(target: str) -> str:
+    """A short name for outputs: the zoo name, the factory name, or the file's stem.
+
+    >>> target_name("zoo:tiny_gpt"), target_name("models.vision:make_resnet")
+    ('tiny_gpt', 'make_resnet')
+    """
+    if os.path.isfile(target) or target.endswith(".pt2"):
+        return os.path.splitext(os.path.basename(target))[0]
+    return target.rpartition(":")[2]
+
+
+def _options(params: PlannerParams | None) -> dict[str, Any]:
+    """``compile``'s planning keywords from ``params`` (the defaults when None)."""
+    p = params or PlannerParams()
+    return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit}
+
+
+def _from_file(path: str, params: PlannerParams | None) -> Program:
+    if not os.path.isfile(path):
+        raise InputError(f"target {path!r}: no such file")
+    if not is_artifact(path):
+        return compile(path, **_options(params))
+    program = load_program(path)
+    return program if params is None else compile(program.exported_program, **_options(params))
+
+
+def _from_factory(module_name: str, attribute: str) -> zoo.Example:
+    target = f"{module_name}:{attribute}"
+    factory = getattr(_import(module_name, target), attribute, None)
+    if not callable(factory):
+        raise InputError(f"target {target!r}: module {module_name!r} has no callable "
+                         f"{attribute!r}")
+    return _as_example(factory(), target)
+
+
+def _import(module_name: str, target: str) -> Any:
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as error:
+        raise InputError(f"target {target!r}: cannot import {module_name!r} ({error}); "
+                         f"expected {FORMS}") from error
+
+
+def _as_example(made: Any, target: str) -> zoo.Example:
+    if isinstance(made, zoo.Example):
+        return made
+    if isinstance(made, tuple) and 2 <= len(made) <= 4:
+        model, args, *rest = made
+        kwargs, dynamic_shapes = (*rest, None, None)[:2]
+        return zoo.Example(model, tuple(args), dict(kwargs or {}), dynamic_shapes)
+    raise InputError(f"target {target!r}: the factory returned {type(made).__name__}; expected "
+                     "a zoo.Example, (model, args), (model, args, kwargs) or "
+                     "(model, args, kwargs, dynamic_shapes)")
+

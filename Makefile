@@ -17,7 +17,7 @@ $(STAMP): $(PY) pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/tensorplan plan zoo:tiny_gpt
+	$(VENV)/bin/tensorplan plan zoo:tiny_gpt --specs
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --doctest-modules src tests

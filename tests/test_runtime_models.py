@@ -1,0 +1,50 @@
+"""Model-level runtime checks: transformers models (random weights) run out of the arena and
+match eager PyTorch, static and with a dynamic sequence length at three sizes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tensorplan as tp
+from tensorplan import zoo
+
+pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+STATIC = ["hf_gpt2", "hf_bert", "hf_vit", "hf_mobilenet_v2"]
+DYNAMIC = ["hf_gpt2_dynamic", "hf_bert_dynamic"]
+
+
+def _compile(name: str) -> tuple[zoo.Example, tp.Program]:
+    example = zoo.example(name)
+    prog = tp.compile(example.model, example.args, example.kwargs,
+                      dynamic_shapes=example.dynamic_shapes)
+    return example, prog
+
+
+@pytest.mark.parametrize("name", STATIC)
+def test_static_model_matches_eager_with_no_fallback(name):
+    example, prog = _compile(name)
+    with torch.no_grad():
+        expected = example.model(*example.args, **example.kwargs)
+    torch.testing.assert_close(prog.run(*example.args, **example.kwargs), expected)
+    assert prog.stats == {}
+
+
+def _resized(example: zoo.Example, length: int) -> tuple:
+    """Token ids of ``length`` for the first input, an all-ones attention mask for the rest."""
+    ids = torch.randint(1, 999, (1, length))
+    return (ids, *(torch.ones(1, length, dtype=torch.int64) for _ in example.args[1:]))
+
+
+@pytest.mark.parametrize("name", DYNAMIC)
+def test_dynamic_sequence_length_at_three_sizes(name):
+    example, prog = _compile(name)
+    for length in (2, 23, 64):
+        args = _resized(example, length)
+        with torch.no_grad():
+            expected = example.model(*args)
+        torch.testing.assert_close(prog.run(*args), expected)
+    assert prog.stats == {}

@@ -1,0 +1,239 @@
+"""Reports: the spec and plan tables, the JSON document, the C header and the timeline."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from rich.console import Console
+from torch.export import Dim
+
+import tensorplan as tp
+from tensorplan import zoo
+from tensorplan.report import (
+    plan_summary,
+    plan_to_c_header,
+    plan_to_json,
+    plot_timeline,
+    spec_table,
+)
+from tensorplan.report.export import c_identifier
+from tensorplan.report.text import bytes_text, human_bytes
+from tensorplan.report.timeline import _x_maps
+
+
+class Chain(torch.nn.Module):
+    def forward(self, x):
+        return x.relu().neg()
+
+
+class Branches(torch.nn.Module):
+    def forward(self, x, p):
+        def big(t):
+            return (t.exp() * 2).sin() + 1
+
+        def small(t):
+            return t.neg()
+        return torch.cond(p.sum() > 0, big, small, (x,)) * 2
+
+
+@pytest.fixture(scope="module")
+def mlp() -> tp.Program:
+    e = zoo.example("mlp")
+    return tp.compile(e.model, e.args)
+
+
+@pytest.fixture(scope="module")
+def dynamic() -> tp.Program:
+    return tp.compile(Chain(), (torch.randn(3, 8),),
+                      dynamic_shapes=({0: Dim("rows", min=2, max=100)},))
+
+
+@pytest.fixture(scope="module")
+def branches() -> tp.Program:
+    return tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)))
+
+
+def rows(renderable) -> list[list[str]]:
+    """The body rows of rendered rich tables, as lists of stripped cell texts."""
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(renderable)
+    lines = console.file.getvalue().splitlines()
+    return [[cell.strip() for cell in line.strip("│").split("│")]
+            for line in lines if line.startswith("│")]
+
+
+@pytest.mark.parametrize(("n", "human", "text"), [
+    (0, "0 B", "0 B"),
+    (1023, "1023 B", "1,023 B"),
+    (1024, "1.0 KiB", "1,024 B (1.0 KiB)"),
+    (1536, "1.5 KiB", "1,536 B (1.5 KiB)"),
+    (2**20, "1.0 MiB", "1,048,576 B (1.0 MiB)"),
+    (5 * 2**30, "5.0 GiB", "5,368,709,120 B (5.0 GiB)"),
+    (3 * 2**50, "3072.0 TiB", "3,377,699,720,527,872 B (3072.0 TiB)"),
+])
+def test_byte_texts(n, human, text):
+    assert human_bytes(n) == human
+    assert bytes_text(n) == text
+
+
+def test_spec_table_has_one_row_per_tensor_value(mlp):
+    table = rows(spec_table(mlp.specs))
+    assert [r[0] for r in table] == ["p_fc1_weight", "p_fc1_bias", "p_fc2_weight", "p_fc2_bias",
+                                     "x", "permute", "addmm", "gelu", "permute_1", "addmm_1"]
+    assert table[4] == ["x", "[8, 64]", "float32", "(0, 1)", "2,048 B (2.0 KiB)", "0", ""]
+    assert table[0] == ["p_fc1_weight", "[256, 64]", "float32", "(0, 1)",
+                        "65,536 B (64.0 KiB)", "-", "yes"]
+    assert table[5][3] == "(1, 0)"
+
+
+def test_spec_table_shows_symbolic_dims_with_their_bound(dynamic):
+    table = {r[0]: r for r in rows(spec_table(dynamic.specs))}
+    assert set(table) == {"x", "relu", "neg"}
+    assert re.fullmatch(r"\[s\d+<=100, 8\]", table["relu"][1])
+    assert table["relu"][4] == "3,200 B (3.1 KiB)"
+
+
+def test_spec_table_names_items_of_multi_output_values():
+    e = zoo.example("kv_cache")
+    names = [r[0] for r in rows(spec_table(tp.compile(e.model, e.args).specs))]
+    assert names[names.index("split_with_sizes[0]"):][:3] == [
+        "split_with_sizes[0]", "split_with_sizes[1]", "split_with_sizes[2]"]
+
+
+def test_plan_summary_numbers(mlp):
+    plan = mlp.plan
+    overview, storages = rows(plan_summary(mlp, top=2))[:8], rows(plan_summary(mlp, top=2))[8:]
+    assert dict(overview) == {
+        "arena": bytes_text(plan.arena_bytes),
+        "lower bound": bytes_text(plan.lower_bound_bytes),
+        "ratio": f"{plan.arena_bytes / plan.lower_bound_bytes:.3f} (arena / lower bound)",
+        "algorithm": plan.algorithm,
+        "optimal": "yes" if plan.optimal else "not proven",
+        "alignment": "16 B",
+        "storages": "4 (3 activation, 1 input)",
+        "regions": "0",
+    }
+    assert plan.arena_bytes == 16384
+    largest = sorted(plan.storages.values(), key=lambda s: (-s.size, s.id))[:2]
+    assert storages == [[str(s.id), f"{s.offset:,}", "8,192 B (8.0 KiB)", f"[{s.start}, {s.end})",
+                         "activation", s.values[0]] for s in largest]
+
+
+def test_plan_summary_names_subgraph_lifetimes(branches):
+    table = rows(plan_summary(branches, top=20))
+    lifetimes = [r[3] for r in table if len(r) == 6]
+    assert sum("in true_graph_0/" in t for t in lifetimes) == 4
+    assert sum("in false_graph_0/" in t for t in lifetimes) == 1
+    assert dict(r for r in table if len(r) == 2)["regions"] == "1"
+
+
+def test_plan_json_holds_the_plan_and_every_value(mlp):
+    doc = json.loads(json.dumps(plan_to_json(mlp, "mlp")))
+    plan = mlp.plan
+    assert (doc["schema"], doc["version"]) == ("tensorplan.plan", 1)
+    assert doc["model"]["name"] == "mlp"
+    assert doc["model"]["inputs"] == ["x"] and doc["model"]["outputs"] == ["addmm_1"]
+    assert (doc["arena_bytes"], doc["lower_bound_bytes"]) == (plan.arena_bytes,
+                                                              plan.lower_bound_bytes)
+    assert (doc["alignment"], doc["algorithm"], doc["optimal"]) == (16, plan.algorithm,
+                                                                    plan.optimal)
+    assert [s["id"] for s in doc["storages"]] == [0, 1, 2, 3]
+    for entry in doc["storages"]:
+        s = plan.storages[entry["id"]]
+        assert entry == {"id": s.id, "offset": s.offset, "size": s.size, "start": s.start,
+                         "end": s.end, "kind": s.kind, "graph": "", "values": list(s.values)}
+    values = {v["name"]: v for v in doc["values"]}
+    assert len(values) == 10
+    assert values["x"] == {"name": "x", "storage": 0, "shape": [8, 64], "sym_shape": ["8", "64"],
+                           "dtype": "float32", "dim_order": [0, 1], "strides": [64, 1],
+                           "nbytes": 2048, "const": False}
+    assert values["p_fc1_weight"]["storage"] is None and values["p_fc1_weight"]["const"]
+
+
+def test_plan_json_of_dynamic_dims_and_regions(dynamic, branches):
+    relu = {v["name"]: v for v in plan_to_json(dynamic)["values"]}["relu"]
+    assert relu["shape"] == [100, 8] and relu["nbytes"] == 3200
+    assert re.fullmatch(r"s\d+", relu["sym_shape"][0]) and relu["sym_shape"][1] == "8"
+    (region,) = plan_to_json(branches)["regions"]
+    r = branches.plan.regions[0]
+    assert region == {"node": "cond", "graph": "", "offset": r.offset, "size": r.size,
+                      "step": r.step, "subgraphs": ["true_graph_0/", "false_graph_0/"]}
+
+
+def test_c_identifiers():
+    assert c_identifier("native_layer_norm[1]") == "NATIVE_LAYER_NORM_1"
+    assert c_identifier("true_graph_0/add") == "TRUE_GRAPH_0_ADD"
+    assert c_identifier("tiny-gpt v2") == "TINY_GPT_V2"
+    assert c_identifier("3d") == "M_3D"
+    assert c_identifier("") == "M_"
+
+
+def test_c_header_defines_every_number(mlp):
+    header = plan_to_c_header(mlp, "mlp")
+    plan = mlp.plan
+    assert header.splitlines()[1:3] == ["#ifndef TENSORPLAN_MLP_H", "#define TENSORPLAN_MLP_H"]
+    assert "#define MLP_ARENA_BYTES 16384u" in header
+    assert f"#define MLP_LOWER_BOUND_BYTES {plan.lower_bound_bytes}u" in header
+    assert "#define MLP_ALIGNMENT 16u" in header and "#define MLP_NUM_STORAGES 4u" in header
+    assert f"#define MLP_S2_GELU_OFFSET {plan.storages[2].offset}u" in header
+    assert "#define MLP_S3_ADDMM_1_SIZE 320u" in header
+    s1 = plan.storages[1]
+    assert f"/* storage 1, activation, steps [{s1.start}, {s1.end}): addmm */" in header
+    assert header.rstrip().endswith("#endif /* TENSORPLAN_MLP_H */")
+
+
+def _gcc(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(["gcc", "-fsyntax-only", "-Wall", "-Wextra", "-pedantic", "-Werror",
+                           *args], cwd=cwd, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
+def test_c_header_compiles_and_its_numbers_are_constants(mlp, branches, tmp_path):
+    (tmp_path / "mlp_plan.h").write_text(plan_to_c_header(mlp, "mlp"))
+    (tmp_path / "branches_plan.h").write_text(plan_to_c_header(branches, "branches"))
+    for header in ("mlp_plan.h", "branches_plan.h"):
+        result = _gcc("-std=c99", "-x", "c", header, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+    asserts = "\n".join(f'_Static_assert(MLP_S{s.id}_{c_identifier(s.values[0])}_OFFSET == '
+                        f'{s.offset}, "offset {s.id}");' for s in mlp.plan.storages.values())
+    (tmp_path / "use.c").write_text(
+        '#include "mlp_plan.h"\n#include "branches_plan.h"\n'
+        '_Static_assert(MLP_ARENA_BYTES == 16384, "arena");\n'
+        f"{asserts}\n"
+        "unsigned long long last(void) { return mlp_storage_offsets[MLP_NUM_STORAGES - 1]"
+        " + branches_storage_sizes[0]; }\n")
+    result = _gcc("-std=c11", "use.c", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_timeline_is_a_png_of_the_expected_size(branches, tmp_path):
+    from matplotlib.image import imread
+
+    path = tmp_path / "timeline.png"
+    plot_timeline(branches, path, "branches")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert imread(path).shape == (720, 1440, 4)
+
+
+def test_timeline_puts_each_branch_in_its_half_of_the_region(branches):
+    maps = _x_maps(branches.plan)
+    step = branches.plan.regions[0].step
+    assert maps[""](3) == 3
+    assert maps["true_graph_0/"](0) == step
+    assert maps["false_graph_0/"](0) == step + 0.5
+    last = max(s.end for s in branches.plan.storages.values() if s.graph == "false_graph_0/")
+    assert maps["false_graph_0/"](last) == step + 1
+
+
+def test_timeline_without_matplotlib_says_how_to_install_it(mlp, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(tp.TensorPlanError, match=r"tensorplan\[plot\]"):
+        plot_timeline(mlp, tmp_path / "t.png")
+    assert not (tmp_path / "t.png").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -9,6 +10,7 @@ from tensorplan.errors import PlanError
 from tensorplan.planners.greedy import plan_greedy
 from tensorplan.planners.instance import Instance, peak_of, section_loads, to_instance
 from tensorplan.planners.naive import plan_naive
+from tensorplan.planners.optimal import SearchParams, auto_seconds, plan_optimal
 from tensorplan.planners.problem import Buffer, Placement, Problem
 from tensorplan.validate import check_placement
 
@@ -24,6 +26,7 @@ class Outcome:
 
 
 Planner = Callable[[Instance, int, float | None], Outcome]
+PARAMS = SearchParams()  # the defaults of the optimal search
 
 
 def _naive(inst: Instance, bound: int, time_limit: float | None) -> Outcome:
@@ -34,7 +37,30 @@ def _greedy(inst: Instance, bound: int, time_limit: float | None) -> Outcome:
     return Outcome(plan_greedy(inst, bound), False, "greedy")
 
 
-PLANNERS: dict[str, Planner] = {"naive": _naive, "greedy": _greedy, "auto": _greedy}
+def _optimal(inst: Instance, bound: int, time_limit: float | None) -> Outcome:
+    seconds = PARAMS.optimal_seconds if time_limit is None else time_limit
+    return _search(inst, bound, seconds)
+
+
+def _auto(inst: Instance, bound: int, time_limit: float | None) -> Outcome:
+    seconds = auto_seconds(len(inst.sizes), PARAMS) if time_limit is None else time_limit
+    return _search(inst, bound, seconds)
+
+
+def _search(inst: Instance, bound: int, seconds: float) -> Outcome:
+    """Run the optimal planner; the result is named "greedy" when the search improved nothing."""
+    started = time.perf_counter()
+    found = plan_optimal(inst, bound, seconds, PARAMS)
+    name = "optimal" if found.improved else "greedy"
+    return Outcome(found.offsets, found.proven, name, time.perf_counter() - started)
+
+
+PLANNERS: dict[str, Planner] = {
+    "naive": _naive,
+    "greedy": _greedy,
+    "optimal": _optimal,
+    "auto": _auto,
+}
 
 
 def _expand(problem: Problem, inst: Instance, units: list[int]) -> tuple[int, ...]:

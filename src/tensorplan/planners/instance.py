@@ -20,6 +20,11 @@ class Instance:
     ends: tuple[int, ...]  # first section after its lifetime (exclusive)
     sections: int  # number of sections; every end is <= sections
     source: tuple[int, ...]  # index in the problem's buffers of each entry
+    widths: tuple[int, ...] = ()  # lifetime length in original steps; () means use sections
+
+    def width(self, i: int) -> int:
+        """Lifetime length of buffer ``i`` in original steps (sections if unknown)."""
+        return self.widths[i] if self.widths else self.ends[i] - self.starts[i]
 
 
 def to_instance(problem: Problem) -> Instance:
@@ -27,8 +32,8 @@ def to_instance(problem: Problem) -> Instance:
 
     >>> from tensorplan.planners.problem import Buffer
     >>> inst = to_instance(Problem((Buffer(16, 10, 30), Buffer(0, 0, 5), Buffer(20, 20, 40)), 16))
-    >>> inst.sizes, inst.starts, inst.ends, inst.sections, inst.source
-    ((1, 2), (0, 1), (2, 3), 3, (0, 2))
+    >>> inst.sizes, inst.starts, inst.ends, inst.sections, inst.source, inst.widths
+    ((1, 2), (0, 1), (2, 3), 3, (0, 2), (20, 20))
     """
     a = problem.alignment
     kept = [i for i, b in enumerate(problem.buffers) if b.size > 0]
@@ -40,6 +45,7 @@ def to_instance(problem: Problem) -> Instance:
         ends=tuple(rank[problem.buffers[i].end] for i in kept),
         sections=max(len(points) - 1, 0),
         source=tuple(kept),
+        widths=tuple(problem.buffers[i].end - problem.buffers[i].start for i in kept),
     )
 
 

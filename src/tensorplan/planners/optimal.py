@@ -1,0 +1,107 @@
+"""The anytime optimal planner: greedy first, then a capacity search with branch and bound.
+
+The peak lies between the lower bound ``lo`` and the best plan found so far. Each probe asks
+the decision search (``search.fit``) for a plan under a capacity: first the lower bound itself
+(most instances reach it), then halfway between what is refuted or unresolved and the best
+peak. A found plan lowers the best peak, a refuted capacity raises ``lo``; the best plan is
+proven optimal once ``lo`` reaches its peak.
+
+Budgets are counted in search steps (``SearchParams.steps_per_second`` per second of the time
+limit) so that a run is repeatable, with the wall clock as a safety net.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+from tensorplan.planners.budget import Budget
+from tensorplan.planners.greedy import plan_greedy
+from tensorplan.planners.instance import Instance, peak_of
+from tensorplan.planners.search import fit
+from tensorplan.planners.tables import build_tables
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """Knobs of the optimal search, with their defaults."""
+
+    optimal_seconds: float = 30.0  # budget of algorithm="optimal" when no time_limit is given
+    auto_seconds: float = 1.0  # budget of algorithm="auto" for its first 1,000 buffers ...
+    auto_seconds_per_1000: float = 0.5  # ... plus this much per further 1,000 buffers
+    auto_max_seconds: float = 5.0  # ... and never more than this
+    steps_per_second: int = 2_000  # search steps one second of budget buys (repeatable runs)
+    first_probe_share: float = 0.5  # share of the budget for the probe at the lower bound
+    max_pairs: int = 2_000_000  # time-overlapping pairs above which the search is skipped
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of the optimal planner, in alignment units."""
+
+    offsets: list[int]  # the best plan found
+    proven: bool  # no plan has a smaller peak
+    improved: bool  # the search beat the greedy plan
+
+
+def auto_seconds(n: int, params: SearchParams) -> float:
+    """Default search budget of algorithm="auto" for ``n`` buffers.
+
+    >>> auto_seconds(500, SearchParams()), auto_seconds(5_000, SearchParams())
+    (1.0, 3.0)
+    """
+    extra = max(n - 1000, 0) / 1000 * params.auto_seconds_per_1000
+    return min(params.auto_seconds + extra, params.auto_max_seconds)
+
+
+def overlapping_pairs(inst: Instance) -> int:
+    """How many pairs of buffers share a section, counted in O(n log n) without listing them.
+
+    >>> overlapping_pairs(Instance((1, 1, 1), (0, 1, 2), (2, 3, 3), 3, (0, 1, 2)))
+    2
+    """
+    starts, ends = sorted(inst.starts), sorted(inst.ends)
+    total = 0
+    for start, end in zip(inst.starts, inst.ends, strict=True):
+        total += bisect_left(starts, end) - bisect_right(ends, start)
+    return (total - len(inst.sizes)) // 2
+
+
+def plan_optimal(inst: Instance, bound: int, seconds: float, params: SearchParams) -> Outcome:
+    """Best plan found within ``seconds`` (never worse than greedy), and whether it is proven.
+
+    The clock starts before the greedy portfolio, so ``seconds`` bounds the whole call. Here
+    greedy peaks at 10 while 9 is the bound, and the search reaches it:
+
+    >>> inst = Instance((4, 2, 4, 3), (2, 3, 1, 3), (4, 4, 3, 5), 5, (0, 1, 2, 3))
+    >>> plan_optimal(inst, 9, 1.0, SearchParams())
+    Outcome(offsets=[0, 7, 4, 4], proven=True, improved=True)
+    """
+    budget = Budget(seconds, int(seconds * params.steps_per_second))
+    best = plan_greedy(inst, bound)
+    best_peak = greedy_peak = peak_of(inst, best)
+    if best_peak <= bound or overlapping_pairs(inst) > params.max_pairs:
+        return Outcome(best, best_peak <= bound, False)
+    tables = build_tables(inst)
+    lo = soft_lo = bound
+    share = params.first_probe_share
+    while soft_lo < best_peak and not budget.expired:
+        cap = soft_lo if soft_lo == bound else (soft_lo + best_peak - 1) // 2
+        probe = Budget(budget.left(), _steps_left(budget, share))
+        verdict = fit(tables, cap, probe)
+        budget.spend(probe.steps)
+        share = 0.5
+        if verdict.offsets is not None:
+            best, best_peak = verdict.offsets, peak_of(inst, verdict.offsets)
+        elif verdict.exhausted:
+            lo = soft_lo = cap + 1
+        else:
+            soft_lo = cap + 1
+    return Outcome(best, lo >= best_peak, best_peak < greedy_peak)
+
+
+def _steps_left(budget: Budget, share: float) -> int | None:
+    """A share of the steps the budget has left (at least one)."""
+    if budget.cap is None:
+        return None
+    return max(int((budget.cap - budget.steps) * share), 1)

@@ -1,0 +1,252 @@
+"""Depth-first branch and bound for the decision problem: do the buffers fit under a capacity?
+
+Ideas from MiniMalloc (Moffitt, ASPLOS 2023), re-derived here. Plans are built bottom-up in
+*canonical* form: buffers are placed in nondecreasing order of offset (ties broken by a
+branching rank), each at its *floor*, the highest top of the already placed buffers it
+overlaps in time. Any plan can be pushed down into that form without raising its peak, so
+nothing is lost. Pruning:
+
+- *order*: a buffer whose floor is below the last placed offset cannot come next;
+- *dominance*: placing b at x is pointless while some unplaced buffer u would fit entirely
+  below x (floor(u) + size(u) <= x): moving u down there is a plan no worse, found in the branch
+  that places u first;
+- *sections*: a section's level is the highest top placed in it, raised to the lowest floor of
+  the unplaced buffers live there; level (or the last offset, if higher) plus the unplaced size
+  live there must stay within the capacity;
+- *decomposition*: once no unplaced buffer crosses the boundary between two sections, the two
+  sides are independent sub-problems, solved one after the other without re-branching.
+
+Branching order: lowest floor first, then a static rank (by width, area and section total in
+one of three orders); the three orders take turns under doubling node limits (restarts).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from tensorplan.planners.budget import Budget
+from tensorplan.planners.tables import SearchTables
+
+HEURISTICS = ("WAT", "TAW", "TWA")  # rank keys, in priority: Width, Area, section Total
+UNPLACED_NONE = 1 << 62  # stands for "no unplaced buffer" in a minimum over a section
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer of one decision search."""
+
+    offsets: list[int] | None  # a plan within the capacity (alignment units), if one was found
+    exhausted: bool  # the search space was covered: with no offsets, no plan fits
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Buffers that can be solved on their own: none crosses the section range's ends."""
+
+    buffers: tuple[int, ...]  # unplaced buffers of the range
+    lo: int  # first section
+    hi: int  # first section after the range
+
+
+class _OutOfNodes(Exception):
+    """The node limit of one attempt was reached."""
+
+
+class _OutOfTime(Exception):
+    """The caller's budget was used up."""
+
+
+class _Search:
+    """One depth-first attempt at a capacity, with one branching order and a node limit."""
+
+    def __init__(self, t: SearchTables, cap: int, heuristic: str, nodes: int, budget: Budget):
+        n, sections = len(t.sizes), len(t.loads)
+        self.t, self.cap, self.heuristic, self.nodes, self.budget = t, cap, heuristic, nodes, budget
+        self.floor = [0] * n  # lowest offset each unplaced buffer may take
+        self.open = [0] * n  # floor while unplaced, UNPLACED_NONE once placed
+        self.offset = [-1] * n  # offset of each placed buffer, -1 while unplaced
+        self.solution = [0] * n  # the offsets of the latest complete plan
+        self.left = list(t.loads)  # unplaced size per section
+        self.crossing = [0] * max(sections - 1, 0)  # unplaced buffers over each boundary
+        for start, end in zip(t.starts, t.ends, strict=True):
+            for s in range(start, end - 1):
+                self.crossing[s] += 1
+
+    def solve(self) -> bool:
+        """True when every partition of the whole instance fits."""
+        everyone = tuple(range(len(self.t.sizes)))
+        cuts = [s + 1 for s, count in enumerate(self.crossing) if count == 0]
+        return all(self._solve(part) for part in self._split(everyone, 0, len(self.left), cuts))
+
+    def _split(
+        self, buffers: tuple[int, ...], lo: int, hi: int, cuts: list[int]
+    ) -> list[Partition]:
+        """The unplaced buffers of ``[lo, hi)`` grouped by the section ranges between cuts."""
+        bounds = [lo, *cuts, hi]
+        parts = []
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            inside = tuple(i for i in buffers if self.offset[i] < 0 and a <= self.t.starts[i] < b)
+            if inside:
+                parts.append(Partition(inside, a, b))
+        return parts
+
+    def _rank(self, part: Partition) -> dict[int, int]:
+        """Static branching rank of the partition's buffers under the attempt's heuristic."""
+        t, left = self.t, self.left
+        keys = {
+            "W": lambda i: -t.widths[i],
+            "A": lambda i: -t.widths[i] * t.sizes[i],
+            "T": lambda i: -max(left[t.starts[i] : t.ends[i]]),
+        }
+        order = sorted(part.buffers, key=lambda i: (*(keys[c](i) for c in self.heuristic), i))
+        return {i: r for r, i in enumerate(order)}
+
+    def _solve(self, part: Partition) -> bool:
+        return self._dfs(part, self._rank(part), 0, -1)
+
+    def _dfs(self, part: Partition, rank: dict[int, int], min_offset: int, min_rank: int) -> bool:
+        """Place the partition's remaining buffers; True (with ``solution`` set) if they fit."""
+        self.nodes -= 1
+        if self.nodes < 0:
+            raise _OutOfNodes
+        if not self.budget.spend():
+            raise _OutOfTime
+        floor, sizes, offset = self.floor, self.t.sizes, self.offset
+        todo = [i for i in part.buffers if offset[i] < 0]
+        if not todo:
+            return True
+        todo.sort(key=lambda i: (floor[i], rank[i]))
+        lowest_top = min(floor[i] + sizes[i] for i in todo)
+        for b in todo:
+            x = floor[b]
+            if x >= lowest_top:
+                break
+            if x < min_offset or (x == min_offset and rank[b] < min_rank):
+                continue
+            if self._try(part, rank, b, x):
+                return True
+        return False
+
+    def _try(self, part: Partition, rank: dict[int, int], b: int, x: int) -> bool:
+        """Place ``b`` at ``x``, search on if the sections allow, and undo."""
+        raised = self._place(b, x)
+        try:
+            if not self._sections_ok(part, x, b, raised):
+                return False
+            return self._continue(part, rank, b, x)
+        finally:
+            self._unplace(b, raised)
+
+    def _place(self, b: int, x: int) -> list[tuple[int, int]]:
+        """Put ``b`` at ``x``; returns the floors it raised as (buffer, old floor)."""
+        t, floor, opened = self.t, self.floor, self.open
+        top = x + t.sizes[b]
+        self.offset[b] = self.solution[b] = x
+        opened[b] = UNPLACED_NONE
+        raised = [(u, floor[u]) for u in t.neighbours[b] if self.offset[u] < 0 and floor[u] < top]
+        for u, _ in raised:
+            floor[u] = opened[u] = top
+        for s in range(t.starts[b], t.ends[b]):
+            self.left[s] -= t.sizes[b]
+        return raised
+
+    def _unplace(self, b: int, raised: list[tuple[int, int]]) -> None:
+        t = self.t
+        for s in range(t.starts[b], t.ends[b]):
+            self.left[s] += t.sizes[b]
+        for u, old in raised:
+            self.floor[u] = self.open[u] = old
+        self.offset[b] = -1
+        self.open[b] = self.floor[b]
+
+    def _lowest(self, s: int) -> int:
+        """Lowest floor of the unplaced buffers live in section ``s`` (0 when there are none)."""
+        lowest = min(map(self.open.__getitem__, self.t.members[s]))
+        return 0 if lowest == UNPLACED_NONE else lowest
+
+    def _sections_ok(self, part: Partition, x: int, b: int, raised: list[tuple[int, int]]) -> bool:
+        """Every section whose level or unplaced size changed can still hold its buffers.
+
+        A section's unplaced buffers all sit at or above the lowest of their floors, and above
+        ``x``. The minimum over a section is only computed where it could fail: a section
+        holding a raised buffer has its lowest floor at most ``top``.
+        """
+        t, cap, left = self.t, self.cap, self.left
+        if x + max(left[part.lo : part.hi]) > cap:
+            return False
+        top = x + t.sizes[b]
+        for s in range(t.starts[b], t.ends[b]):
+            if top + left[s] > cap or self._lowest(s) + left[s] > cap:
+                return False
+        for u, _ in raised:
+            lo, hi = t.starts[u], t.ends[u]
+            if top + max(left[lo:hi]) <= cap:
+                continue
+            if any(self._lowest(s) + left[s] > cap for s in range(lo, hi) if top + left[s] > cap):
+                return False
+        return True
+
+    def _continue(self, part: Partition, rank: dict[int, int], b: int, x: int) -> bool:
+        """Search on after placing ``b``; split the partition where ``b`` was the last bridge."""
+        t, crossing = self.t, self.crossing
+        cuts = []
+        for s in range(t.starts[b], t.ends[b] - 1):
+            crossing[s] -= 1
+            if crossing[s] == 0:
+                cuts.append(s + 1)
+        try:
+            if not cuts:
+                return self._dfs(part, rank, x, rank[b])
+            parts = self._split(part.buffers, part.lo, part.hi, cuts)
+            return all(self._solve(sub) for sub in parts)
+        finally:
+            for s in range(t.starts[b], t.ends[b] - 1):
+                crossing[s] += 1
+
+
+def fit(tables: SearchTables, cap: int, budget: Budget) -> Verdict:
+    """Search for a plan with peak <= ``cap`` until found, refuted, or ``budget`` runs out.
+
+    The three branching orders take turns, each with a node limit that doubles every round;
+    an attempt that ends within its limit has searched everything (found or refuted).
+
+    >>> from tensorplan.planners.instance import Instance
+    >>> from tensorplan.planners.tables import build_tables
+    >>> t = build_tables(Instance((2, 1, 1, 2), (0, 0, 1, 1), (1, 2, 3, 3), 3, (0, 1, 2, 3)))
+    >>> fit(t, 4, Budget(None)).offsets, fit(t, 3, Budget(None))
+    ([0, 2, 3, 0], Verdict(offsets=None, exhausted=True))
+    """
+    if max(tables.loads, default=0) > cap:
+        return Verdict(None, True)
+    with _recursion_depth(4 * len(tables.sizes) + 1000):
+        return _restarts(tables, cap, budget)
+
+
+@contextmanager
+def _recursion_depth(depth: int) -> Iterator[None]:
+    """Let Python recurse ``depth`` frames deep for a while (the search recurses per buffer)."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, depth))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _restarts(tables: SearchTables, cap: int, budget: Budget) -> Verdict:
+    """Round-robin attempts over the heuristics with doubling node limits."""
+    limit = max(len(tables.sizes), 1)
+    while True:
+        limit *= 2
+        for heuristic in HEURISTICS:
+            search = _Search(tables, cap, heuristic, limit, budget)
+            try:
+                found = search.solve()
+            except _OutOfNodes:
+                continue
+            except _OutOfTime:
+                return Verdict(None, False)
+            return Verdict(search.solution if found else None, True)

@@ -1,0 +1,64 @@
+"""Read-only tables the branch-and-bound search looks up at every node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorplan.planners.instance import Instance, section_loads
+
+
+@dataclass(frozen=True)
+class SearchTables:
+    """An instance plus what the search derives from it once."""
+
+    sizes: tuple[int, ...]  # size of each buffer, alignment units
+    starts: tuple[int, ...]  # first section of each buffer
+    ends: tuple[int, ...]  # first section after each buffer
+    widths: tuple[int, ...]  # lifetime length in original steps, for the branching order
+    neighbours: tuple[tuple[int, ...], ...]  # buffers live at some common section, per buffer
+    members: tuple[tuple[int, ...], ...]  # buffers live in each section
+    loads: tuple[int, ...]  # total size live in each section
+
+
+def overlap_lists(inst: Instance) -> tuple[tuple[int, ...], ...]:
+    """For each buffer, the buffers whose lifetimes share a section with it (one sweep).
+
+    >>> overlap_lists(Instance((1, 1, 1), (0, 1, 2), (2, 3, 3), 3, (0, 1, 2)))
+    ((1,), (0, 2), (1,))
+    """
+    n = len(inst.sizes)
+    found: list[list[int]] = [[] for _ in range(n)]
+    live: list[int] = []
+    for i in sorted(range(n), key=lambda k: inst.starts[k]):
+        live = [j for j in live if inst.ends[j] > inst.starts[i]]
+        for j in live:
+            found[i].append(j)
+            found[j].append(i)
+        live.append(i)
+    return tuple(tuple(sorted(row)) for row in found)
+
+
+def section_members(inst: Instance) -> tuple[tuple[int, ...], ...]:
+    """The buffers live in each section.
+
+    >>> section_members(Instance((1, 1), (0, 1), (2, 3), 3, (0, 1)))
+    ((0,), (0, 1), (1,))
+    """
+    members: list[list[int]] = [[] for _ in range(inst.sections)]
+    for i, (start, end) in enumerate(zip(inst.starts, inst.ends, strict=True)):
+        for s in range(start, end):
+            members[s].append(i)
+    return tuple(tuple(row) for row in members)
+
+
+def build_tables(inst: Instance) -> SearchTables:
+    """All lookup tables of ``inst``; O(n log n + overlapping pairs + total span)."""
+    return SearchTables(
+        sizes=inst.sizes,
+        starts=inst.starts,
+        ends=inst.ends,
+        widths=tuple(inst.width(i) for i in range(len(inst.sizes))),
+        neighbours=overlap_lists(inst),
+        members=section_members(inst),
+        loads=tuple(section_loads(inst)),
+    )

@@ -1,0 +1,309 @@
+"""Program files: save and load without re-planning, and every way a file can be wrong."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import tensorplan as tp
+from tensorplan import zoo
+from tensorplan.artifact import (
+    MANIFEST,
+    PLAN_MEMBER,
+    PROGRAM_MEMBER,
+    is_artifact,
+    load_program,
+    save_program,
+)
+from tensorplan.report import plan_to_json
+
+SPEC_FIELDS = ("shape", "dtype", "dim_order", "strides", "nbytes", "const", "storage")
+
+
+class Chain(torch.nn.Module):
+    def forward(self, x):
+        return x.relu().neg()
+
+
+class Branches(torch.nn.Module):
+    def forward(self, x, p):
+        def big(t):
+            return (t.exp() * 2).sin() + 1
+
+        def small(t):
+            return t.neg()
+        return torch.cond(p.sum() > 0, big, small, (x,)) * 2
+
+
+def _compile(name: str) -> tp.Program:
+    if name == "branches":
+        return tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)))
+    e = zoo.example(name)
+    return tp.compile(e.model, e.args, e.kwargs, dynamic_shapes=e.dynamic_shapes)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> tuple[tp.Program, Path]:
+    program = tp.compile(Chain(), (torch.randn(4),))
+    path = tmp_path_factory.mktemp("saved") / "chain.tpz"
+    save_program(program, path)
+    return program, path
+
+
+def _assert_same_program(loaded: tp.Program, program: tp.Program) -> None:
+    for field in dataclasses.fields(tp.MemoryPlan):
+        assert getattr(loaded.plan, field.name) == getattr(program.plan, field.name), field.name
+    derived = dict(loaded.specs.tensors())
+    for name, spec in program.specs.tensors():
+        for field in SPEC_FIELDS:
+            assert getattr(derived[name], field) == getattr(spec, field), (name, field)
+        assert [str(s) for s in derived[name].sym_shape] == [str(s) for s in spec.sym_shape]
+    assert set(loaded.alias.storages) == set(program.alias.storages)
+
+
+@pytest.mark.parametrize("name", ["mlp", "convnet", "kv_cache", "tiny_gpt", "branches"])
+def test_round_trip_keeps_the_plan_and_the_specs(name, tmp_path):
+    program = _compile(name)
+    save_program(program, tmp_path / "m.tpz")
+    loaded = load_program(tmp_path / "m.tpz")
+    _assert_same_program(loaded, program)
+
+
+def test_a_loaded_program_saves_and_loads_again(saved, tmp_path):
+    program, path = saved
+    save_program(load_program(path), tmp_path / "again.tpz")
+    _assert_same_program(load_program(tmp_path / "again.tpz"), program)
+
+
+def test_the_file_is_a_zip_of_manifest_plan_and_program(saved):
+    program, path = saved
+    with zipfile.ZipFile(path) as archive:
+        assert sorted(archive.namelist()) == sorted([MANIFEST, PLAN_MEMBER, PROGRAM_MEMBER])
+        manifest = json.loads(archive.read(MANIFEST))
+        plan = json.loads(archive.read(PLAN_MEMBER))
+    assert (manifest["format"], manifest["version"]) == ("tensorplan.program", 1)
+    assert plan == json.loads(json.dumps(plan_to_json(program)))
+    assert plan["arena_bytes"] == program.plan.arena_bytes == 32
+    assert not list(path.parent.glob("*.partial"))
+
+
+def test_is_artifact_tells_program_files_from_other_files(saved, tmp_path):
+    plain = tmp_path / "plain.pt2"
+    torch.export.save(torch.export.export(Chain(), (torch.randn(4),)), plain)
+    (tmp_path / "noise").write_bytes(os.urandom(64))
+    assert is_artifact(saved[1])
+    assert not is_artifact(plain)
+    assert not is_artifact(tmp_path / "noise")
+    assert not is_artifact(tmp_path / "missing")
+
+
+def _rewrite(source: Path, target: Path, edit_plan=None, edit_manifest=None) -> Path:
+    with zipfile.ZipFile(source) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    for member, edit in ((PLAN_MEMBER, edit_plan), (MANIFEST, edit_manifest)):
+        if edit is not None:
+            document = json.loads(members[member])
+            edit(document)
+            members[member] = json.dumps(document).encode()
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return target
+
+
+def _storage(document: dict, value: str) -> dict:
+    return next(s for s in document["storages"] if value in s["values"])
+
+
+def test_truncated_file(saved, tmp_path):
+    data = saved[1].read_bytes()
+    bad = tmp_path / "truncated.tpz"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(tp.FormatError, match=f"{bad}: not a readable zip archive.*truncated"):
+        load_program(bad)
+
+
+def test_random_bytes(tmp_path):
+    bad = tmp_path / "noise.tpz"
+    bad.write_bytes(os.urandom(4096))
+    with pytest.raises(tp.FormatError, match=f"{bad}: not a readable zip archive"):
+        load_program(bad)
+
+
+def test_corrupted_member_fails_its_checksum(saved, tmp_path):
+    data = bytearray(saved[1].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad = tmp_path / "corrupt.tpz"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(tp.FormatError, match=f"{bad}: "):
+        load_program(bad)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(tp.FormatError, match="missing.tpz: cannot read the file"):
+        load_program(tmp_path / "missing.tpz")
+
+
+def test_zip_without_manifest(tmp_path):
+    foreign = tmp_path / "foreign.zip"
+    with zipfile.ZipFile(foreign, "w") as archive:
+        archive.writestr("hello.txt", "hi")
+    with pytest.raises(tp.FormatError, match=f"{foreign}: not a tensorplan program file"):
+        load_program(foreign)
+
+
+def test_plain_torch_export_file_is_not_a_program_file(tmp_path):
+    plain = tmp_path / "plain.pt2"
+    torch.export.save(torch.export.export(Chain(), (torch.randn(4),)), plain)
+    with pytest.raises(tp.FormatError, match=r"no tensorplan.json.*tp.compile\(path\)"):
+        load_program(plain)
+
+
+def test_future_version(saved, tmp_path):
+    bad = _rewrite(saved[1], tmp_path / "future.tpz",
+                   edit_manifest=lambda m: m.update(version=2))
+    with pytest.raises(tp.FormatError, match="version 2 was written by a newer tensorplan"):
+        load_program(bad)
+
+
+def test_future_plan_schema(saved, tmp_path):
+    bad = _rewrite(saved[1], tmp_path / "future.tpz", edit_plan=lambda p: p.update(version=7))
+    with pytest.raises(tp.FormatError, match=r"plan.json: version 7 was written by a newer"):
+        load_program(bad)
+
+
+def test_foreign_format_name(saved, tmp_path):
+    bad = _rewrite(saved[1], tmp_path / "other.tpz",
+                   edit_manifest=lambda m: m.update(format="something.else"))
+    with pytest.raises(tp.FormatError, match="format is 'something.else'"):
+        load_program(bad)
+
+
+def test_overlapping_offset(saved, tmp_path):
+    def overlap(document):
+        _storage(document, "relu")["offset"] = _storage(document, "x")["offset"]
+
+    bad = _rewrite(saved[1], tmp_path / "overlap.tpz", edit_plan=overlap)
+    with pytest.raises(tp.FormatError, match="the saved plan is invalid.*overlaps"):
+        load_program(bad)
+
+
+def test_overlap_hidden_by_edited_lifetimes_is_caught_on_the_real_schedule(saved, tmp_path):
+    # x [0, 2) and relu [1, 3) are live together; the file claims relu starts at 2 so that
+    # both can sit at offset 0, which its own verify() accepts.
+    def hide(document):
+        x, relu, neg = (_storage(document, v) for v in ("x", "relu", "neg"))
+        x["offset"], relu["offset"], neg["offset"] = 0, 0, 16
+        relu["start"] = 2
+
+    bad = _rewrite(saved[1], tmp_path / "hidden.tpz", edit_plan=hide)
+    with pytest.raises(tp.FormatError, match="unsafe for the embedded program's schedule"):
+        load_program(bad)
+
+
+def test_storage_smaller_than_its_values(saved, tmp_path):
+    bad = _rewrite(saved[1], tmp_path / "small.tpz",
+                   edit_plan=lambda d: _storage(d, "relu").update(size=0))
+    with pytest.raises(tp.FormatError, match=r"storage \d+ \(relu\) has 0 bytes but needs 16"):
+        load_program(bad)
+
+
+def test_value_spec_that_differs_from_the_program(saved, tmp_path):
+    def retype(document):
+        next(v for v in document["values"] if v["name"] == "neg")["dtype"] = "float16"
+
+    bad = _rewrite(saved[1], tmp_path / "dtype.tpz", edit_plan=retype)
+    with pytest.raises(tp.FormatError, match="value 'neg' has dtype 'float16' in the file but "
+                                             "'float32' in the embedded program"):
+        load_program(bad)
+
+
+def test_missing_storage(saved, tmp_path):
+    def drop(document):
+        document["storages"].remove(_storage(document, "neg"))
+
+    bad = _rewrite(saved[1], tmp_path / "drop.tpz", edit_plan=drop)
+    with pytest.raises(tp.FormatError, match=r"places storages \[0, 1\] but the embedded "
+                                             r"program has storages \[0, 1, 2\]"):
+        load_program(bad)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["storages"][0].pop("offset"), r"storages\[0\]: missing field 'offset'"),
+    (lambda d: d.update(arena_bytes="big"), "field 'arena_bytes' should be int, got 'big'"),
+    (lambda d: d.update(optimal=1), "field 'optimal' should be bool, got 1"),
+    (lambda d: d["storages"][0].update(kind="scratch"), "unknown storage kind 'scratch'"),
+    (lambda d: d.update(alignment=0), "alignment 0 is not a positive number of bytes"),
+    (lambda d: d["storages"].append(dict(d["storages"][0])), "the same storage id appears twice"),
+    (lambda d: d.update(storages=[3]), r"storages\[0\]: expected a JSON object, got int"),
+])
+def test_malformed_plan_fields(saved, tmp_path, edit, message):
+    bad = _rewrite(saved[1], tmp_path / "malformed.tpz", edit_plan=edit)
+    with pytest.raises(tp.FormatError, match=message):
+        load_program(bad)
+
+
+def test_plan_that_is_not_json(saved, tmp_path):
+    with zipfile.ZipFile(saved[1]) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    bad = tmp_path / "text.tpz"
+    with zipfile.ZipFile(bad, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, b"{not json" if name == PLAN_MEMBER else data)
+    with pytest.raises(tp.FormatError, match="plan.json: not valid JSON"):
+        load_program(bad)
+
+
+class _Payload:
+    """Unpickling this runs code: what a hostile file would embed."""
+
+    def __reduce__(self):
+        return (exec, ("import builtins; builtins._tensorplan_pwned = True",))
+
+
+def _with_hostile_member(source: Path, target: Path, member: str, config: bool) -> Path:
+    with zipfile.ZipFile(source) as archive:
+        outer = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(io.BytesIO(outer[PROGRAM_MEMBER])) as archive:
+        inner = {name: archive.read(name) for name in archive.namelist()}
+    root = next(iter(inner)).partition("/")[0]
+    payload = io.BytesIO()
+    torch.save(_Payload(), payload)
+    inner[f"{root}/{member}"] = payload.getvalue()
+    if config:  # mark the first weight as a pickled tensor subclass
+        name = f"{root}/data/weights/model_weights_config.json"
+        document = json.loads(inner[name])
+        next(iter(document["config"].values())).update(use_pickle=True, path_name="weight_0")
+        inner[name] = json.dumps(document).encode()
+    program = io.BytesIO()
+    with zipfile.ZipFile(program, "w") as archive:
+        for name, data in inner.items():
+            archive.writestr(name, data)
+    outer[PROGRAM_MEMBER] = program.getvalue()
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, data in outer.items():
+            archive.writestr(name, data)
+    return target
+
+
+@pytest.mark.parametrize(("member", "config"), [
+    ("data/weights/weight_0", True),
+    ("data/sample_inputs/model.pt", False),
+    ("data/constants/opaque_obj_0", False),
+    ("data/aotinductor/model/model.so", False),
+])
+def test_pickled_objects_in_the_program_are_refused_unrun(tmp_path, member, config):
+    e = zoo.example("mlp")
+    save_program(tp.compile(e.model, e.args), tmp_path / "mlp.tpz")
+    bad = _with_hostile_member(tmp_path / "mlp.tpz", tmp_path / "hostile.tpz", member, config)
+    with pytest.raises(tp.FormatError, match=f"program.pt2: (data|member '{member}')"):
+        load_program(bad)
+    assert not getattr(builtins, "_tensorplan_pwned", False)

@@ -42,6 +42,13 @@ def _graph_steps(plan: MemoryPlan, graph: str) -> int:
     return max(ends, default=1)
 
 
+def _first_step(plan: MemoryPlan) -> int:
+    """One step before the first computation: the steps before it are only placeholders."""
+    starts = [s.start for s in plan.storages.values() if s.kind == "activation" and not s.graph]
+    starts += [r.step for r in plan.regions if not r.graph]
+    return max(min(starts, default=0) - 1, 0)
+
+
 def _x_maps(plan: MemoryPlan) -> dict[str, XMap]:
     """For every graph, where its steps fall on the top-level time axis."""
     maps: dict[str, XMap] = {"": lambda x: x}
@@ -108,9 +115,10 @@ def _title(plan: MemoryPlan, name: str) -> str:
 def plot_timeline(program: Program, path: str | os.PathLike[str], name: str = "model") -> None:
     """Write a PNG (or any format matplotlib infers from ``path``) of the plan over time.
 
-    x is the step of the top-level schedule, y the byte offset in the arena; storages are
-    coloured by kind, regions hatched, the lower bound a dashed line. Raises
-    ``TensorPlanError`` when matplotlib is missing.
+    x is the step of the top-level schedule, from just before the first computation (the
+    steps before it only bind inputs, parameters and state); y is the byte offset in the
+    arena. Storages are coloured by kind, regions hatched, the lower bound a dashed line.
+    Raises ``TensorPlanError`` when matplotlib is missing.
     """
     plt = _pyplot()
     plan = program.plan
@@ -120,7 +128,7 @@ def plot_timeline(program: Program, path: str | os.PathLike[str], name: str = "m
     _draw_regions(ax, plan, maps)
     ax.axhline(plan.lower_bound_bytes, color="black", linestyle="--", linewidth=1,
                label=f"lower bound {human_bytes(plan.lower_bound_bytes)}")
-    ax.set_xlim(0, _graph_steps(plan, ""))
+    ax.set_xlim(_first_step(plan), _graph_steps(plan, ""))
     ax.set_ylim(0, max(plan.arena_bytes, plan.lower_bound_bytes, 1) * 1.08)
     ax.set_xlabel("step (top-level schedule)")
     ax.set_ylabel("arena offset")

@@ -320,3 +320,19 @@ def test_saved_and_reloaded_program_gives_same_specs(tmp_path):
         assert (other.shape, other.dtype, other.dim_order, other.nbytes) == \
             (spec.shape, spec.dtype, spec.dim_order, spec.nbytes)
     assert dict(original.tensors())["_softmax"].shape == (2, 64, 64)
+
+
+def test_opaque_call_keeps_the_spec_it_carries_and_is_not_retraced():
+    ep = tp.capture(Fn(lambda t: (t.relu() * 2).sum(0)), (torch.randn(3, 4),))
+    node = next(n for n in ep.graph.nodes if n.name == "mul")
+
+    def lowered_delegate(x):
+        raise AssertionError("an opaque call must not be re-traced")
+
+    carried = tp.TensorSpec((3, 4), (3, 4), F32, (0, 1), (4, 1), 48)
+    node.target = lowered_delegate  # stands for a delegate call that already has its spec
+    node.meta["spec"] = carried
+    ep.graph_module.recompile()
+    specs = tp.propagate(ep)
+    assert specs["mul"] is carried
+    assert specs["sum_1"].shape == (4,)  # downstream values still get fresh specs

@@ -52,7 +52,8 @@ def dense_strides(shape: Sequence[int], dim_order: Sequence[int]) -> tuple[int, 
 def same_layout(shape: Sequence[int], order_a: Sequence[int], order_b: Sequence[int]) -> bool:
     """True when two dim orders of a tensor of ``shape`` address the same bytes.
 
-    Size-1 dims take no room, so NCHW and NHWC of a ``(2, 3, 1, 1)`` tensor are one layout.
+    Size-1 dims take no room, so NCHW and NHWC of a ``(2, 3, 1, 1)`` tensor are one layout; a
+    tensor with no elements addresses no bytes, so all its orders are one layout.
 
     >>> same_layout((2, 3, 1, 1), (0, 1, 2, 3), (0, 2, 3, 1))
     True
@@ -62,4 +63,6 @@ def same_layout(shape: Sequence[int], order_a: Sequence[int], order_b: Sequence[
     def significant(order: Sequence[int]) -> list[int]:
         return [d for d in order if int(shape[d]) != 1]
 
-    return len(order_a) == len(order_b) and significant(order_a) == significant(order_b)
+    if len(order_a) != len(order_b):
+        return False
+    return any(int(s) == 0 for s in shape) or significant(order_a) == significant(order_b)

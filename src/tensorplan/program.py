@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,4 +86,8 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     alias = analyze(program, specs)
     params = PlannerParams(algorithm=algorithm, alignment=alignment, time_limit=time_limit)
     plan = plan_memory(lifetimes(program, alias), alias, params)
+    if os.environ.get("TENSORPLAN_DEBUG") == "1":
+        print(f"tensorplan: {len(specs)} values, {len(plan.storages)} storages, arena "
+              f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B, "
+              f"{plan.algorithm}{' (optimal)' if plan.optimal else ''}", file=sys.stderr)
     return Program(program, planned_specs(specs, alias), alias, plan)

@@ -212,6 +212,9 @@ class GraphRunner:
         def views(env: Env, b: Bindings) -> None:
             made = [None if spec is None else ctx.view_for(name, i if multi else None, b)
                     for i, spec in enumerate(ctx.spec_items(name))]
+            for view, spec in zip(made, ctx.spec_items(name), strict=True):
+                if view is not None:
+                    ctx.check_layout(name, view, spec, node.target)
             env[slot] = tuple(made) if multi else made[0]
         if self._resolvable(name):
             self.frame_steps.append(views)

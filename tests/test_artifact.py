@@ -43,11 +43,10 @@ class Branches(torch.nn.Module):
         return torch.cond(p.sum() > 0, big, small, (x,)) * 2
 
 
-def _compile(name: str) -> tp.Program:
+def _example(name: str) -> zoo.Example:
     if name == "branches":
-        return tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)))
-    e = zoo.example(name)
-    return tp.compile(e.model, e.args, e.kwargs, dynamic_shapes=e.dynamic_shapes)
+        return zoo.Example(Branches(), (torch.randn(8, 8), torch.randn(1)))
+    return zoo.example(name)
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +69,14 @@ def _assert_same_program(loaded: tp.Program, program: tp.Program) -> None:
 
 
 @pytest.mark.parametrize("name", ["mlp", "convnet", "kv_cache", "tiny_gpt", "branches"])
-def test_round_trip_keeps_the_plan_and_the_specs(name, tmp_path):
-    program = _compile(name)
+def test_round_trip_keeps_the_plan_and_the_specs_and_runs_identically(name, tmp_path):
+    e = _example(name)
+    program = tp.compile(e.model, e.args, e.kwargs, dynamic_shapes=e.dynamic_shapes)
     save_program(program, tmp_path / "m.tpz")
     loaded = load_program(tmp_path / "m.tpz")
     _assert_same_program(loaded, program)
+    torch.testing.assert_close(loaded.run(*e.args, **e.kwargs),
+                               program.run(*e.args, **e.kwargs), rtol=0, atol=0)
 
 
 def test_a_loaded_program_saves_and_loads_again(saved, tmp_path):

@@ -12,6 +12,11 @@ deterministic), rebuilds the plan from the file, and checks that the two agree: 
 value has the spec the program gives it, every storage of the program has a place big enough
 for it, and the offsets are safe for the program's own schedule. Anything wrong with the file
 raises ``FormatError`` naming the file and the problem.
+
+The embedded program is used as stored, not decomposed again: decomposition renumbers node
+names (``permute_2`` becomes ``permute_1``), and the saved names must match. Deserialising
+may add ``getitem`` nodes for unused outputs of multi-output ops; they join existing storages,
+and the schedule check above covers the steps they shift.
 """
 
 from __future__ import annotations
@@ -79,13 +84,13 @@ def load_program(path: str | os.PathLike[str]) -> Program:
     """
     where = os.fspath(path)
     contents = _read_archive(where)
+    plan_fields = _Fields(contents.plan, f"{where}: {PLAN_MEMBER}")
+    _check_kind(plan_fields, "schema", SCHEMA, SCHEMA_VERSION)
+    plan = _plan(plan_fields)
     exported = _load_exported(contents.program, where)
     specs = propagate(exported)
     alias = analyze(exported, specs)
     specs = planned_specs(specs, alias)
-    plan_fields = _Fields(contents.plan, f"{where}: {PLAN_MEMBER}")
-    _check_kind(plan_fields, "schema", SCHEMA, SCHEMA_VERSION)
-    plan = _plan(plan_fields)
     _check_values(plan_fields.objects("values"), specs)
     _check_fit(plan, exported, alias, plan_fields.where)
     return Program(exported_program=exported, specs=specs, alias=alias, plan=plan)

@@ -72,14 +72,14 @@ def _values_text(storage: PlannedStorage) -> str:
     return f"{shown} +{hidden} more" if hidden > 0 else shown
 
 
-def largest_storages(storages: list[PlannedStorage], top: int) -> list[PlannedStorage]:
+def _largest(storages: list[PlannedStorage], top: int) -> list[PlannedStorage]:
     """The ``top`` largest storages, largest first (ties by id)."""
     return sorted(storages, key=lambda s: (-s.size, s.id))[:top]
 
 
 def storage_table(plan: MemoryPlan, top: int = 10) -> Table:
     """The ``top`` largest storages with offset, size, lifetime ``[start, end)``, kind, values."""
-    rows = largest_storages(list(plan.storages.values()), top)
+    rows = _largest(list(plan.storages.values()), top)
     table = Table(title=f"Largest {len(rows)} of {len(plan.storages)} storages")
     table.add_column("id", justify="right")
     table.add_column("offset", justify="right", no_wrap=True)

@@ -116,7 +116,7 @@ def _params(args: argparse.Namespace) -> PlannerParams | None:
     return dataclasses.replace(PlannerParams(), **given) if given else None
 
 
-def _write_outputs(program: Program, args: argparse.Namespace, console: Console) -> None:
+def _write_outputs(program: Program, args: argparse.Namespace) -> None:
     name = target_name(args.target)
     writers = (
         (args.json, "plan JSON",
@@ -131,7 +131,7 @@ def _write_outputs(program: Program, args: argparse.Namespace, console: Console)
                 write(path)
             except OSError as error:
                 raise TensorPlanError(f"cannot write {path}: {error.strerror or error}") from None
-            console.print(f"wrote {what} to {path}", highlight=False)
+            print(f"wrote {what} to {path}")
 
 
 def _write_text(path: str, text: str) -> None:
@@ -148,7 +148,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.specs:
         console.print(spec_table(program.specs))
     console.print(plan_summary(program))
-    _write_outputs(program, args, console)
+    _write_outputs(program, args)
     return 0
 
 

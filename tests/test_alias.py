@@ -39,6 +39,7 @@ def test_views_share_storage_and_cost_nothing():
 def test_linear_weight_transpose_is_a_constant_view():
     prog = tp.compile(torch.nn.Linear(8, 4), (torch.randn(2, 8),))
     assert prog.specs["permute"].storage is None and prog.specs["p_weight"].storage is None
+    assert prog.specs["permute"].const  # a view of a constant is constant data
     assert prog.plan.arena_bytes == 64 + 32  # input + output only
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -53,13 +54,20 @@ class Program:
         return self._executor.state_dict()
 
 
+def _placed(spec: TensorSpec, storage: Any) -> TensorSpec:
+    """The spec in its storage; a tensor with no storage is a constant or a view of one."""
+    if isinstance(storage, int):
+        return spec.with_storage(storage)
+    return dataclasses.replace(spec, storage=None, const=True)
+
+
 def _with_storage(entry: Entry, ref: Any) -> Entry:
     if isinstance(entry, TensorSpec):
-        return entry.with_storage(ref if isinstance(ref, int) else None)
+        return _placed(entry, ref)
     if isinstance(entry, tuple):
         refs = ref if isinstance(ref, tuple) else (None,) * len(entry)
-        return tuple(None if e is None else e.with_storage(r) for e, r in zip(entry, refs,
-                                                                              strict=True))
+        return tuple(None if e is None else _placed(e, r) for e, r in zip(entry, refs,
+                                                                          strict=True))
     return entry
 
 

@@ -40,22 +40,24 @@ def compile_args(args: tuple[Any, ...], kwargs: Mapping[str, Any],
     """A function from the environment to ``(args, kwargs)`` with node values filled in.
 
     Constant arguments are captured once; only the ones that reference nodes are resolved per
-    call.
+    call (a plain node reference is one list lookup).
     """
     args_t = torch.fx.node.map_arg(args, lambda n: Slot(slots[n]))
     kwargs_t = torch.fx.node.map_arg(dict(kwargs), lambda n: Slot(slots[n]))
-    dynamic_args = [i for i, a in enumerate(args_t) if _has_slot(a)]
-    dynamic_kwargs = [k for k, v in kwargs_t.items() if _has_slot(v)]
+    direct = [(i, a.index) for i, a in enumerate(args_t) if isinstance(a, Slot)]
+    nested = [(i, a) for i, a in enumerate(args_t) if not isinstance(a, Slot) and _has_slot(a)]
+    dynamic_kwargs = [(k, v) for k, v in kwargs_t.items() if _has_slot(v)]
     base_args, base_kwargs = list(args_t), dict(kwargs_t)
 
     def build(env: Env) -> tuple[list, dict]:
         call_args = base_args.copy()
-        for i in dynamic_args:
-            call_args[i] = _resolve(args_t[i], env)
-        call_kwargs = base_kwargs.copy() if base_kwargs else {}
-        for k in dynamic_kwargs:
-            call_kwargs[k] = _resolve(kwargs_t[k], env)
+        for i, index in direct:
+            call_args[i] = env[index]
+        for i, template in nested:
+            call_args[i] = _resolve(template, env)
+        call_kwargs = base_kwargs.copy()
+        for k, template in dynamic_kwargs:
+            call_kwargs[k] = _resolve(template, env)
         return call_args, call_kwargs
 
     return build
-

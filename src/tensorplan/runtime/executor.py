@@ -51,32 +51,33 @@ class Executor:
         self.program = program
         signature = program.graph_signature
         self.user_inputs = list(signature.user_inputs)
+        call_spec = program.call_spec  # built anew on each access: read it once
+        self.in_spec, self.out_spec = call_spec.in_spec, call_spec.out_spec
         _, shape_env = program_shape_env(program)
         self.ctx = RunContext(specs, alias, plan, Arena(plan.arena_bytes), _constants(program),
                               shape_env, ())
-        input_shapes = {n: self.ctx.shape(n, None) for n in self.user_inputs
-                        if isinstance(specs.get(n), TensorSpec)}
-        self.input_shapes = input_shapes
-        self.ctx.backed = tuple(sorted({s for shape in input_shapes.values()
+        self.input_shapes = {n: self.ctx.shape(n, None) for n in self.user_inputs
+                             if isinstance(specs.get(n), TensorSpec)}
+        self.ctx.backed = tuple(sorted({s for shape in self.input_shapes.values()
                                         for s in shape.symbols}, key=str))
         self.runner = GraphRunner(program.graph_module, "", self.ctx, CONTROL_FLOW)
-        self.state = _state_buffers(program)
         slot_of = {node.name: self.runner.slots[node] for node in self.runner.nodes}
         self.input_slots = [slot_of[name] for name in self.user_inputs]
-        self.output_kinds = [spec.kind for spec in signature.output_specs]
-        self.output_targets = [spec.target for spec in signature.output_specs]
+        self.state_slots = {target: slot_of[name]
+                            for name, target in _state_buffers(program).items()}
+        self.outputs = [(spec.kind, spec.target) for spec in signature.output_specs]
         self._initial_state()
+
+    def _static_bindings(self) -> dict:
+        """Any valid bindings: state storages do not depend on input sizes."""
+        return {s: int(self.ctx.shape_env.bound_sympy(s).lower) for s in self.ctx.backed}
 
     @torch.no_grad()
     def _initial_state(self) -> None:
-        frame = self.runner.frame(self._any_bindings())
-        slots = {node.name: self.runner.slots[node] for node in self.runner.nodes}
+        frame = self.runner.frame(self._static_bindings())
         tables = {**self.program.state_dict, **self.program.constants}
-        for placeholder, target in self.state.items():
-            frame[slots[placeholder]].copy_(tables[target])
-
-    def _any_bindings(self) -> dict:
-        return {s: int(self.ctx.shape_env.bound_sympy(s).lower) for s in self.ctx.backed}
+        for target, slot in self.state_slots.items():
+            frame[slot].copy_(tables[target])
 
     @property
     def fallbacks(self) -> Counter:
@@ -85,14 +86,13 @@ class Executor:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Current values of the mutated buffers (copies), by buffer name."""
-        frame = self.runner.frame(self._any_bindings())
-        slots = {node.name: self.runner.slots[node] for node in self.runner.nodes}
-        return {target: frame[slots[name]].clone() for name, target in self.state.items()}
+        frame = self.runner.frame(self._static_bindings())
+        return {target: frame[slot].clone() for target, slot in self.state_slots.items()}
 
     @torch.no_grad()
     def run(self, args: tuple, kwargs: Mapping[str, Any], copy_outputs: bool = True) -> Any:
         """Run on user inputs; return the user outputs in the model's structure."""
-        flat = flatten_inputs(self.program, args, kwargs)
+        flat = flatten_inputs(self.in_spec, args, kwargs)
         bindings = bind_inputs(self.program, self.user_inputs, flat, self.ctx.specs,
                                self.input_shapes)
         frame = self.runner.frame(bindings)
@@ -103,19 +103,15 @@ class Executor:
         return self._finish(outputs, flat, frame, copy_outputs)
 
     def _finish(self, outputs: list, flat: list, frame: list, copy_outputs: bool) -> Any:
-        slots = {node.name: self.runner.slots[node] for node in self.runner.nodes}
-        buffer_slot = {target: slots[name] for name, target in self.state.items()}
-        user_tensor = dict(zip(self.user_inputs, flat, strict=True))
         results = []
-        for value, kind, target in zip(outputs, self.output_kinds, self.output_targets,
-                                       strict=True):
+        for value, (kind, target) in zip(outputs, self.outputs, strict=True):
             if kind == OutputKind.BUFFER_MUTATION:
-                state = frame[buffer_slot[target]]
+                state = frame[self.state_slots[target]]
                 if value.data_ptr() != state.data_ptr():
                     state.copy_(value)
             elif kind == OutputKind.USER_INPUT_MUTATION:
-                user_tensor[target].copy_(value)
+                flat[self.user_inputs.index(target)].copy_(value)
             else:
                 results.append(value.clone() if copy_outputs and isinstance(value, torch.Tensor)
                                else value)
-        return pytree.tree_unflatten(results, self.program.call_spec.out_spec)
+        return pytree.tree_unflatten(results, self.out_spec)

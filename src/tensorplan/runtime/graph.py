@@ -172,7 +172,15 @@ class GraphRunner:
         def call(env: Env, b: Bindings) -> None:
             args, kwargs = build(env)
             env[slot] = fn(*args, **kwargs)
-        self.run_steps.append(call)
+        self._place(node, call, stable=self._is_stable(node) and self._sizes_only(node))
+
+    def _sizes_only(self, node: torch.fx.Node) -> bool:
+        """True when a call's result follows from the input sizes alone (so it is computed once
+        per frame): an op that returns sizes, or a Python operator on non-tensor values."""
+        if isinstance(node.target, torch._ops.OpOverload):
+            return _returns_sizes(node.target)
+        return not any(isinstance(self.ctx.specs.get(self.prefix + n.name), (TensorSpec, tuple))
+                       for n in node.all_input_nodes)
 
     def _op(self, node: torch.fx.Node, name: str) -> None:
         op, items = node.target, self.ctx.spec_items(name)
@@ -216,10 +224,7 @@ class GraphRunner:
                 if view is not None:
                     ctx.check_layout(name, view, spec, node.target)
             env[slot] = tuple(made) if multi else made[0]
-        if self._resolvable(name):
-            self.frame_steps.append(views)
-        else:
-            self.run_steps.append(views)
+        self._place(node, views, stable=self._resolvable(name))
 
     def _inplace_argument(self, node: torch.fx.Node, name: str) -> int | None:
         """Index of the argument whose storage this node's output shares (new state), if any."""
@@ -277,10 +282,14 @@ class GraphRunner:
         slot, build, op = self.slots[node], compile_args(node.args, node.kwargs, self.slots), \
             node.target
         bind = self._binder(node, name)
+        label, fallbacks = str(op), self.ctx.fallbacks
+        counted = isinstance(self.ctx.specs.get(name), (TensorSpec, tuple))
 
         def call(env: Env, b: Bindings) -> None:
             args, kwargs = build(env)
             env[slot] = bind(op(*args, **kwargs), b)
+            if counted:  # its tensor result was computed outside the arena, then copied in
+                fallbacks[label] += 1
         self.run_steps.append(call)
 
     def _control_flow(self, node: torch.fx.Node, name: str) -> None:
@@ -349,6 +358,16 @@ class GraphRunner:
         for step in self.run_steps:
             step(env, bindings)
         return list(self.outputs(env)[0])
+
+
+# Return types of ops that report sizes (``sym_size``, ``sym_numel``, ``sym_stride``).
+_SIZE_TYPES = frozenset({"SymInt", "int", "SymInt[]", "int[]"})
+
+
+def _returns_sizes(op: Any) -> bool:
+    """True for ops whose result is sizes, which follow from the input sizes alone."""
+    returns = op._schema.returns
+    return bool(returns) and all(str(r.type) in _SIZE_TYPES for r in returns)
 
 
 def _is_view(op: torch._ops.OpOverload) -> bool:

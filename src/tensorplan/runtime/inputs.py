@@ -16,9 +16,8 @@ from ..spec import TensorSpec
 from .shapes import Bindings, SymbolicShape
 
 
-def flatten_inputs(program: ExportedProgram, args: tuple, kwargs: Mapping[str, Any]) -> list:
+def flatten_inputs(in_spec: pytree.TreeSpec, args: tuple, kwargs: Mapping[str, Any]) -> list:
     """The user inputs as the flat list the graph's user placeholders expect."""
-    in_spec = program.call_spec.in_spec
     try:
         flat, spec = pytree.tree_flatten((tuple(args), reorder_kwargs(dict(kwargs), in_spec)))
     except Exception as error:

@@ -50,3 +50,14 @@ def test_capture_does_not_modify_a_given_program():
     decomposed = tp.capture(ep)
     assert ep.graph_module.code == before
     assert decomposed is not ep
+
+
+def test_capture_refuses_a_pt2_that_would_run_code(tmp_path):
+    import zipfile
+
+    path = tmp_path / "evil.pt2"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("evil/archive_format", "pt2")
+        archive.writestr("evil/data/constants/custom_obj_0.pt", b"\x80\x04not-a-tensor")
+    with pytest.raises(tp.CaptureError, match="holds code or Python objects"):
+        tp.capture(path)

@@ -3,6 +3,7 @@
 Stages (one module each, data flows one way): capture → propagate → alias → plan → run/report.
 """
 
+from .artifact import load_program as load
 from .capture import capture
 from .errors import (
     CaptureError,
@@ -28,6 +29,7 @@ __all__ = [
     "PlannedStorage",
     "Program",
     "compile",
+    "load",
     "plan_buffers",
     "CaptureError",
     "FormatError",

@@ -38,6 +38,7 @@ from .liveness import lifetimes
 from .plan import MemoryPlan, PlannedRegion, PlannedStorage
 from .program import Program, planned_specs
 from .propagate import propagate
+from .pt2 import load_exported
 from .report.export import SCHEMA, SCHEMA_VERSION, plan_to_json, value_to_json
 from .spec import SpecTable
 
@@ -87,7 +88,7 @@ def load_program(path: str | os.PathLike[str]) -> Program:
     plan_fields = _Fields(contents.plan, f"{where}: {PLAN_MEMBER}")
     _check_kind(plan_fields, "schema", SCHEMA, SCHEMA_VERSION)
     plan = _plan(plan_fields)
-    exported = _load_exported(contents.program, where)
+    exported = load_exported(contents.program, f"{where}: {PROGRAM_MEMBER}")
     specs = propagate(exported)
     alias = analyze(exported, specs)
     specs = planned_specs(specs, alias)
@@ -133,68 +134,6 @@ def _json(data: bytes, where: str) -> Any:
         return json.loads(data)
     except ValueError as error:
         raise FormatError(f"{where}: not valid JSON ({error})") from error
-
-
-def _load_exported(data: bytes, where: str) -> ExportedProgram:
-    _refuse_pickles(data, f"{where}: {PROGRAM_MEMBER}")
-    try:
-        return torch.export.load(io.BytesIO(data))
-    except Exception as error:  # torch raises many types on a damaged archive
-        raise FormatError(f"{where}: {PROGRAM_MEMBER} is not a loadable torch.export program "
-                          f"({type(error).__name__}: {error})") from error
-
-
-# Members of a torch.export archive (below its root folder) that hold data, not code.
-_DATA_MEMBERS = ("archive_format", "archive_version", "byteorder", ".data/", "models/",
-                 "data/weights/", "data/constants/", "data/sample_inputs/", "extra/")
-# Constants that torch.export.load reads with plain pickle: arbitrary Python objects.
-_OBJECT_MEMBERS = ("data/constants/custom_obj_", "data/constants/opaque_obj_")
-
-
-def _refuse_pickles(data: bytes, where: str) -> None:
-    """Refuse an embedded program from which ``torch.export.load`` would unpickle objects.
-
-    torch.export.load reads tensor subclasses, sample inputs and legacy payloads with
-    ``torch.load(weights_only=False)`` (or after a failed weights-only attempt), custom
-    objects with plain pickle, and AOTInductor members as compiled code. Here every member
-    it would unpickle must load with ``weights_only=True`` first; object and code members
-    are refused outright.
-    """
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = {name.partition("/")[2]: name for name in archive.namelist()}
-            for relative in members:
-                if not relative.startswith(_DATA_MEMBERS) or relative.startswith(_OBJECT_MEMBERS):
-                    raise FormatError(f"{where}: member {relative!r} holds code or Python "
-                                      "objects, which tensorplan does not load")
-            for relative in _pickled_members(archive, members, where):
-                _load_weights_only(archive.read(members[relative]), f"{where}: {relative}")
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:
-        raise FormatError(f"{where}: not a readable torch.export archive "
-                          f"({type(error).__name__}: {error})") from error
-
-
-def _pickled_members(archive: zipfile.ZipFile, members: dict[str, str], where: str) -> list[str]:
-    """Members that torch.export.load reads with ``torch.load``: ``.pt`` files and payloads
-    that a weights or constants config marks ``use_pickle``."""
-    pickled = [relative for relative in members if relative.endswith(".pt")]
-    for config in (r for r in members if r.startswith("data/") and r.endswith("_config.json")):
-        fields = _Fields(_json(archive.read(members[config]), f"{where}: {config}"),
-                         f"{where}: {config}")
-        folder = config.rpartition("/")[0]
-        for fqn, entry in fields.get("config", dict).items():
-            payload = _Fields(entry, f"{fields.where}: {fqn}")
-            if payload.get("use_pickle", bool):
-                pickled.append(f"{folder}/{payload.get('path_name', str)}")
-    return pickled
-
-
-def _load_weights_only(data: bytes, where: str) -> None:
-    try:
-        torch.load(io.BytesIO(data), weights_only=True)
-    except Exception as error:  # the weights-only unpickler raises many types
-        raise FormatError(f"{where}: holds pickled objects other than tensors, which "
-                          f"tensorplan does not unpickle ({type(error).__name__})") from error
 
 
 def _is(value: Any, kind: type) -> bool:

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from .errors import CaptureError
+from .errors import CaptureError, FormatError
+from .pt2 import load_exported
 
 # Exception class names of torch.export failures, and what the user can do about each.
 _HINTS: tuple[tuple[str, str], ...] = (
@@ -38,12 +39,14 @@ def _load(path: str | os.PathLike[str]) -> ExportedProgram:
     if not os.path.exists(path):
         raise CaptureError(f"capture: no such file {os.fspath(path)!r}; pass a .pt2 file saved "
                            "with torch.export.save, or a module with example inputs")
+    with open(path, "rb") as file:
+        data = file.read()
     try:
-        return torch.export.load(path)
-    except Exception as error:
-        raise CaptureError(f"capture: {os.fspath(path)!r} is not a torch.export program "
-                           f"({type(error).__name__}: {error}); re-save it with "
-                           "torch.export.save") from error
+        return load_exported(data, os.fspath(path))
+    except FormatError as error:
+        raise CaptureError(f"capture: {os.fspath(path)!r} is not a torch.export program that "
+                           f"can be loaded safely ({error}); re-save it with torch.export.save"
+                           ) from error
 
 
 def _export(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | None,

@@ -35,6 +35,12 @@ class Program:
     def _executor(self) -> Executor:
         return Executor(self.exported_program, self.specs, self.alias, self.plan)
 
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the program, its specs and its plan to one file; ``tp.load`` reads it back."""
+        from .artifact import save_program  # artifact imports this module: import on use
+
+        save_program(self, path)
+
     def run(self, *args: Any, copy_outputs: bool = True, **kwargs: Any) -> Any:
         """Run the program out of its arena; outputs come in the model's own structure.
 

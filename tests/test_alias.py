@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 import torch
+from shared_models import Fn
 
 import tensorplan as tp
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 def compiled(fn, *args):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from shared_models import Branches, Chain
 
 import tensorplan as tp
 from tensorplan import zoo
@@ -28,19 +29,6 @@ from tensorplan.report import plan_to_json
 SPEC_FIELDS = ("shape", "dtype", "dim_order", "strides", "nbytes", "const", "storage")
 
 
-class Chain(torch.nn.Module):
-    def forward(self, x):
-        return x.relu().neg()
-
-
-class Branches(torch.nn.Module):
-    def forward(self, x, p):
-        def big(t):
-            return (t.exp() * 2).sin() + 1
-
-        def small(t):
-            return t.neg()
-        return torch.cond(p.sum() > 0, big, small, (x,)) * 2
 
 
 def _example(name: str) -> zoo.Example:

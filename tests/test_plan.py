@@ -6,16 +6,12 @@ import dataclasses
 
 import pytest
 import torch
+from shared_models import Branches, Chain
 from torch.export import Dim
 
 import tensorplan as tp
 from tensorplan import zoo
 from tensorplan.liveness import lifetimes
-
-
-class Chain(torch.nn.Module):
-    def forward(self, x):
-        return x.relu().neg()
 
 
 def test_lifetimes_are_half_open_over_graph_order():
@@ -68,15 +64,6 @@ def test_dynamic_dims_are_planned_at_their_upper_bound():
 
 
 def test_cond_branches_share_one_region_sized_for_the_larger_branch():
-    class Branches(torch.nn.Module):
-        def forward(self, x, p):
-            def big(t):
-                return (t.exp() * 2).sin() + 1  # several 256 B temporaries
-
-            def small(t):
-                return t.neg()
-            return torch.cond(p.sum() > 0, big, small, (x,)) * 2
-
     prog = tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)))
     (region,) = prog.plan.regions
     assert region.subgraphs == ("true_graph_0/", "false_graph_0/")

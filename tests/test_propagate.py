@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from shared_models import CondModel, ConvClone, Fn, Loop, Mapped, Scanned, positives
 from torch.export import Dim
 
 import tensorplan as tp
@@ -25,14 +26,6 @@ def output_specs(model, *args, dynamic_shapes=None) -> list[tp.TensorSpec]:
     return [specs[a.name] for a in output.args[0]]
 
 
-class Fn(torch.nn.Module):
-    def __init__(self, fn) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
-
 
 # --- dense models -------------------------------------------------------------------------
 
@@ -50,14 +43,6 @@ def test_mlp_specs():
 
 
 # --- layouts ------------------------------------------------------------------------------
-
-class ConvClone(torch.nn.Module):
-    def __init__(self, channels_in: int = 3) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(channels_in, 8, 3, padding=1)
-
-    def forward(self, x):
-        return self.conv(x).clone()
 
 
 def test_channels_last_conv_then_clone_keeps_channels_last():
@@ -184,16 +169,6 @@ def test_item_bounded_by_torch_check():
     assert out.shape == (100,) and out.nbytes == 400
 
 
-@torch.library.custom_op("tensorplan_test::positives", mutates_args=())
-def positives(x: torch.Tensor) -> torch.Tensor:
-    return x[x > 0].clone()
-
-
-@positives.register_fake
-def _(x):
-    return x.new_empty(torch.library.get_ctx().new_dynamic_size())
-
-
 def test_custom_op_unbacked_size_takes_the_checked_bound():
     def fn(x):
         y = positives(x.flatten())
@@ -222,16 +197,6 @@ def test_unbounded_input_dim_raises():
 
 # --- control flow -------------------------------------------------------------------------
 
-class CondModel(torch.nn.Module):
-    def forward(self, x, p):
-        def true_fn(x):
-            return x.sin() * 2, x[:2].cos()
-
-        def false_fn(x):
-            return x.cos() + 1, x[1:4].exp()
-
-        return torch.cond(p.sum() > 0, true_fn, false_fn, (x,))
-
 
 def test_cond_branches_and_output_bounds():
     ep = tp.capture(CondModel(), (torch.randn(4, 3), torch.randn(2)))
@@ -245,12 +210,6 @@ def test_cond_branches_and_output_bounds():
 
 
 def test_while_loop_body_specs():
-    from torch._higher_order_ops.while_loop import while_loop
-
-    class Loop(torch.nn.Module):
-        def forward(self, i, x):
-            return while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * 2 + 1), (i, x))
-
     ep = tp.capture(Loop(), (torch.tensor(0), torch.randn(3)))
     specs = tp.propagate(ep)
     assert specs["while_loop_cond_graph_0/lt"].dtype == torch.bool
@@ -260,12 +219,6 @@ def test_while_loop_body_specs():
 
 
 def test_map_body_sees_one_slice():
-    from torch._higher_order_ops.map import map as map_op
-
-    class Mapped(torch.nn.Module):
-        def forward(self, xs, y):
-            return map_op(lambda x, y: (x @ y).relu(), xs, y)
-
     ep = tp.capture(Mapped(), (torch.randn(5, 2, 3), torch.randn(3, 4)))
     specs = tp.propagate(ep)
     assert specs["body_graph_0/xs"].shape == (2, 3)
@@ -274,15 +227,6 @@ def test_map_body_sees_one_slice():
 
 
 def test_scan_combine_specs():
-    from torch._higher_order_ops.scan import scan
-
-    class Scanned(torch.nn.Module):
-        def forward(self, init, xs):
-            def combine(carry, x):
-                nxt = carry + x
-                return nxt, nxt * 2
-            return scan(combine, init, xs)
-
     specs = specs_of(Scanned(), torch.randn(3), torch.randn(6, 3))
     assert specs["scan_combine_graph_0/mul"].shape == (3,)
     carry, stacked = specs["scan"]

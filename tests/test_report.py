@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 from rich.console import Console
+from shared_models import Branches, Chain
 from torch.export import Dim
 
 import tensorplan as tp
@@ -26,21 +27,6 @@ from tensorplan.report import (
 from tensorplan.report.export import c_identifier
 from tensorplan.report.text import bytes_text, human_bytes
 from tensorplan.report.timeline import _x_maps
-
-
-class Chain(torch.nn.Module):
-    def forward(self, x):
-        return x.relu().neg()
-
-
-class Branches(torch.nn.Module):
-    def forward(self, x, p):
-        def big(t):
-            return (t.exp() * 2).sin() + 1
-
-        def small(t):
-            return t.neg()
-        return torch.cond(p.sum() > 0, big, small, (x,)) * 2
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._higher_order_ops.map import map as map_op
-from torch._higher_order_ops.scan import scan
-from torch._higher_order_ops.while_loop import while_loop
+from shared_models import CondModel, ConvClone, Fn, Loop, Mapped, Scanned, positives
 from torch.export import Dim
 
 import tensorplan as tp
@@ -16,14 +14,6 @@ from tensorplan.zoo import KVCache
 CL = torch.channels_last
 BUILT_IN = ["convnet", "kv_cache", "mlp", "tiny_gpt"]
 
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 def same_as_eager(model, args, runs=None, dynamic_shapes=None) -> tp.Program:
@@ -69,14 +59,6 @@ def test_outputs_are_fresh_unless_asked_for_views():
 
 
 # --- layouts ------------------------------------------------------------------------------
-
-class ConvClone(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-
-    def forward(self, x):
-        return self.conv(x).clone()
 
 
 def test_channels_last_conv_clone_runs_and_returns_channels_last():
@@ -147,19 +129,9 @@ def test_nonzero_at_several_densities(scale):
     torch.testing.assert_close(prog.run(x), model(x))
 
 
-@torch.library.custom_op("tensorplan_test::keep_positive", mutates_args=())
-def keep_positive(x: torch.Tensor) -> torch.Tensor:
-    return x[x > 0].clone()
-
-
-@keep_positive.register_fake
-def _(x):
-    return x.new_empty(torch.library.get_ctx().new_dynamic_size())
-
-
 def test_data_dependent_size_above_the_planned_bound_is_an_input_error():
     def fn(x):
-        y = keep_positive(x)
+        y = positives(x)
         torch._check(y.shape[0] <= 4)
         return y * 2
     prog = tp.compile(Fn(fn), (torch.randn(10),))
@@ -182,16 +154,6 @@ def test_item_sized_tensor_at_several_values():
 
 # --- control flow -------------------------------------------------------------------------
 
-class CondModel(torch.nn.Module):
-    def forward(self, x, p):
-        def true_fn(x):
-            return x.sin() * 2, x[:2].cos()
-
-        def false_fn(x):
-            return x.cos() + 1, x[1:4].exp()
-
-        return torch.cond(p.sum() > 0, true_fn, false_fn, (x,))
-
 
 def test_cond_runs_both_branches():
     x = torch.randn(4, 3)
@@ -199,21 +161,6 @@ def test_cond_runs_both_branches():
 
 
 def test_while_loop_map_and_scan():
-    class Loop(torch.nn.Module):
-        def forward(self, i, x):
-            return while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * 2 + 1), (i, x))
-
-    class Mapped(torch.nn.Module):
-        def forward(self, xs, y):
-            return map_op(lambda x, y: (x @ y).relu(), xs, y)
-
-    class Scanned(torch.nn.Module):
-        def forward(self, init, xs):
-            def combine(carry, x):
-                nxt = carry + x
-                return nxt, nxt * 2
-            return scan(combine, init, xs)
-
     same_as_eager(Loop(), (torch.tensor(0), torch.randn(3)))
     same_as_eager(Mapped(), (torch.randn(5, 2, 3), torch.randn(3, 4)))
     same_as_eager(Scanned(), (torch.randn(3), torch.randn(6, 3)))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from tensorplan import zoo
 from tensorplan.artifact import save_program
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import TensorPlanError
@@ -30,7 +31,8 @@ from tensorplan.report import (
     plot_timeline,
     spec_table,
 )
-from tensorplan.targets import FORMS, load_target, target_name
+from tensorplan.report.compare import compare
+from tensorplan.targets import FORMS, load_example, load_target, target_name
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
 WIDE = 160      # console width when stdout is not a terminal (files, pipes, tests)
@@ -152,9 +154,52 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_run_command(commands: argparse._SubParsersAction) -> None:
+    """``tensorplan run TARGET``: run a model out of its arena and compare it with eager."""
+    parser = commands.add_parser("run", help="run a model out of its arena, compare with eager")
+    parser.add_argument("target", help=FORMS)
+    parser.add_argument("--runs", type=_positive_int, default=20, metavar="N",
+                        help="timed runs of each (default 20; the median is shown)")
+    parser.set_defaults(run=run_run)
+
+
+def _inputs(program: Program, example: zoo.Example | None) -> tuple[tuple, dict]:
+    if example is not None:
+        return example.args, example.kwargs
+    inputs = program.exported_program.example_inputs
+    if inputs is None:
+        raise TensorPlanError("run: the file holds no example inputs; run it from Python with "
+                              "Program.run(*inputs)")
+    return inputs
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """Run the target on its example inputs; exit 1 if it does not match eager PyTorch."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        example = load_example(args.target)
+        program = load_target(args.target)
+    inputs, kwargs = _inputs(program, example)
+    eager = None if example is None else (lambda: example.model(*inputs, **kwargs))
+    result = compare(lambda: program.run(*inputs, **kwargs), eager, args.runs)
+    table = Table(title=f"{target_name(args.target)}: run out of a "
+                        f"{program.plan.arena_bytes:,} B arena")
+    for name in ("outputs", "max |error|", "matches eager", "run ms", "eager ms", "fallbacks"):
+        table.add_column(name)
+    table.add_row(", ".join(result.outputs),
+                  "-" if result.max_abs_error is None else f"{result.max_abs_error:.3g}",
+                  {None: "-", True: "yes", False: "NO"}[result.matches],
+                  f"{result.run_ms:.3f}",
+                  "-" if result.eager_ms is None else f"{result.eager_ms:.3f}",
+                  ", ".join(f"{op} x{n}" for op, n in program.stats.items()) or "none")
+    (Console() if sys.stdout.isatty() else Console(width=WIDE)).print(table)
+    return 1 if result.matches is False else 0
+
+
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     add_dsa_command,
     add_plan_command,
+    add_run_command,
 )
 
 

@@ -34,14 +34,21 @@ def load_target(target: str, params: PlannerParams | None = None) -> Program:
     its embedded program is planned again with them; every other target is compiled with
     ``params`` (default ``PlannerParams()``). A malformed target raises ``InputError``.
     """
-    if os.path.isfile(target) or target.endswith(".pt2"):
+    example = load_example(target)
+    if example is None:
         return _from_file(target, params)
+    return compile(example.model, example.args, example.kwargs,
+                   dynamic_shapes=example.dynamic_shapes, **_options(params))
+
+
+def load_example(target: str) -> zoo.Example | None:
+    """The eager model and example inputs a model target names; None for a file target."""
+    if os.path.isfile(target) or target.endswith(".pt2"):
+        return None
     module, colon, attribute = target.partition(":")
     if not (colon and module and attribute):
         raise InputError(f"target {target!r}: expected {FORMS}")
-    example = zoo.example(attribute) if module == "zoo" else _from_factory(module, attribute)
-    return compile(example.model, example.args, example.kwargs,
-                   dynamic_shapes=example.dynamic_shapes, **_options(params))
+    return zoo.example(attribute) if module == "zoo" else _from_factory(module, attribute)
 
 
 def target_name(target: str) -> str:

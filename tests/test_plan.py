@@ -80,3 +80,9 @@ def test_zoo_models_plan_at_the_lower_bound(name):
     assert prog.plan.arena_bytes <= prog.plan.lower_bound_bytes * 1.02
     assert prog.plan.arena_bytes >= prog.plan.lower_bound_bytes
     prog.plan.verify()
+
+
+def test_storage_first_and_last_steps_are_inclusive():
+    prog = tp.compile(Chain(), (torch.randn(4),))
+    relu = prog.plan.storages[prog.specs["relu"].storage]
+    assert (relu.first, relu.last) == (1, 2)  # defined at step 1, last read by neg at step 2

@@ -39,6 +39,16 @@ class PlannedStorage:
     graph: str                # "" or the subgraph prefix whose schedule start/end refer to
     values: tuple[str, ...]   # the values that use it
 
+    @property
+    def first(self) -> int:
+        """The first step at which the storage is live (its first definition)."""
+        return self.start
+
+    @property
+    def last(self) -> int:
+        """The last step at which the storage is live (its last use), inclusive."""
+        return self.end - 1
+
 
 @dataclass(frozen=True)
 class PlannedRegion:

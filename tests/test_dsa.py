@@ -111,3 +111,23 @@ def test_write_solution_adds_or_replaces_the_offset_column(tmp_path):
         ["a", "0", "2", "8", "0"],
         ["b", "1", "3", "8", "8"],
     ]
+
+
+def test_optimal_search_honours_its_time_limit_and_repeats_itself():
+    # challenging_D has no known plan at its lower bound: the search runs until the limit
+    buffers = load_instance(dsa_dir() / "challenging_D.csv").problem.buffers
+    greedy = plan_buffers(buffers, algorithm="greedy")
+    first = plan_buffers(buffers, algorithm="optimal", time_limit=1.0)
+    second = plan_buffers(buffers, algorithm="optimal", time_limit=1.0)
+    assert first.search_seconds <= 1.1
+    assert second.search_seconds <= 1.1
+    assert first.offsets == second.offsets
+    assert first.lower_bound == 986_112 < first.peak <= greedy.peak
+    assert first.optimal is False
+
+
+def test_optimal_reaches_the_bound_of_challenging_c():
+    buffers = load_instance(dsa_dir() / "challenging_C.csv").problem.buffers
+    placement = plan_buffers(buffers, algorithm="optimal", time_limit=20)
+    assert placement.peak == placement.lower_bound == 1_039_360
+    assert placement.optimal is True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -121,7 +123,9 @@ def test_zero_size_buffers_sit_at_zero_and_cost_nothing():
 
 def test_empty_problem():
     placement = plan_buffers([])
-    assert placement == Placement((), 0, 0, True, "greedy")
+    assert (placement.offsets, placement.peak, placement.lower_bound) == ((), 0, 0)
+    assert placement.optimal is True
+    assert placement.algorithm == "greedy"
 
 
 def test_unknown_algorithm_names_the_valid_ones():
@@ -168,3 +172,76 @@ def test_random_sets_give_verified_plans(buffers, alignment):
     assert _verified(buffers, naive, alignment) and _verified(buffers, greedy, alignment)
     assert naive.peak >= greedy.peak >= bound == greedy.lower_bound
     assert greedy.optimal == (greedy.peak == bound)
+
+
+def _brute_force_peak(buffers: list[Buffer]) -> int:
+    """Smallest peak over every order of placing each buffer on its floor (canonical plans)."""
+    best = sum(b.size for b in buffers)
+    for order in itertools.permutations(range(len(buffers))):
+        tops: dict[int, int] = {}
+        for i in order:
+            floor = max(
+                (
+                    top
+                    for j, top in tops.items()
+                    if buffers[j].start < buffers[i].end and buffers[i].start < buffers[j].end
+                ),
+                default=0,
+            )
+            tops[i] = floor + buffers[i].size
+        best = min(best, max(tops.values(), default=0))
+    return best
+
+
+# greedy stacks this one to 10; the optimum (and the lower bound) is 9
+GREEDY_MISSES = [Buffer(4, 2, 4), Buffer(2, 3, 4), Buffer(4, 1, 3), Buffer(3, 3, 5)]
+
+
+def test_optimal_beats_greedy_where_greedy_misses():
+    greedy = plan_buffers(GREEDY_MISSES, algorithm="greedy")
+    optimal = plan_buffers(GREEDY_MISSES, algorithm="optimal")
+    assert (greedy.peak, greedy.optimal) == (10, False)
+    assert (optimal.peak, optimal.optimal, optimal.algorithm) == (9, True, "optimal")
+    assert optimal.offsets == (0, 7, 4, 4)
+    auto = plan_buffers(GREEDY_MISSES)
+    assert (auto.peak, auto.optimal) == (9, True)
+
+
+def test_optimal_proves_a_peak_above_the_lower_bound():
+    # three buffers pairwise overlapping in a cycle of sections: bound 4, optimum 6
+    buffers = [Buffer(2, 0, 2), Buffer(2, 1, 3), Buffer(2, 0, 3), Buffer(2, 2, 4)]
+    placement = plan_buffers(buffers, algorithm="optimal")
+    assert placement.lower_bound == 6
+    assert (placement.peak, placement.optimal) == (6, True)
+
+
+small_sets = st.lists(
+    st.builds(
+        lambda size, start, length: Buffer(size, start, start + length),
+        st.integers(1, 9),
+        st.integers(0, 6),
+        st.integers(1, 5),
+    ),
+    min_size=1,
+    max_size=7,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_sets)
+def test_optimal_matches_brute_force(buffers):
+    placement = plan_buffers(buffers, algorithm="optimal", time_limit=30)
+    assert placement.optimal is True
+    assert placement.peak == _brute_force_peak(buffers)
+    assert _verified(buffers, placement)
+
+
+@settings(max_examples=60, deadline=None)
+@given(buffer_sets)
+def test_auto_is_never_worse_than_greedy(buffers):
+    greedy = plan_buffers(buffers, algorithm="greedy")
+    auto = plan_buffers(buffers, time_limit=0.5)
+    assert _verified(buffers, auto)
+    assert auto.lower_bound <= auto.peak <= greedy.peak
+    if auto.peak == auto.lower_bound:
+        assert auto.optimal is True

@@ -30,7 +30,7 @@ class SearchParams:
     auto_seconds: float = 1.0  # budget of algorithm="auto" for its first 1,000 buffers ...
     auto_seconds_per_1000: float = 0.5  # ... plus this much per further 1,000 buffers
     auto_max_seconds: float = 5.0  # ... and never more than this
-    steps_per_second: int = 2_000  # search steps one second of budget buys (repeatable runs)
+    steps_per_second: int = 3_000  # search steps one second of budget buys (repeatable runs)
     first_probe_share: float = 0.5  # share of the budget for the probe at the lower bound
     max_pairs: int = 2_000_000  # time-overlapping pairs above which the search is skipped
 

@@ -26,12 +26,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import add
 
 from tensorplan.planners.budget import Budget
 from tensorplan.planners.tables import SearchTables
 
 HEURISTICS = ("WAT", "TAW", "TWA")  # rank keys, in priority: Width, Area, section Total
 UNPLACED_NONE = 1 << 62  # stands for "no unplaced buffer" in a minimum over a section
+STEP_MEMBERS = 256  # section members scanned per budget step (plus one step per placement)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class _Search:
         self.solution = [0] * n  # the offsets of the latest complete plan
         self.left = list(t.loads)  # unplaced size per section
         self.crossing = [0] * max(sections - 1, 0)  # unplaced buffers over each boundary
+        self.members_per_section = sum(map(len, t.members)) // max(sections, 1)
         for start, end in zip(t.starts, t.ends, strict=True):
             for s in range(start, end - 1):
                 self.crossing[s] += 1
@@ -112,19 +115,18 @@ class _Search:
         self.nodes -= 1
         if self.nodes < 0:
             raise _OutOfNodes
-        if not self.budget.spend():
-            raise _OutOfTime
         floor, sizes, offset = self.floor, self.t.sizes, self.offset
         todo = [i for i in part.buffers if offset[i] < 0]
         if not todo:
             return True
-        todo.sort(key=lambda i: (floor[i], rank[i]))
-        lowest_top = min(floor[i] + sizes[i] for i in todo)
-        for b in todo:
-            x = floor[b]
-            if x >= lowest_top:
-                break
-            if x < min_offset or (x == min_offset and rank[b] < min_rank):
+        # dominance bounds x from above, and so must the fullest section: x + left <= cap
+        ceiling = min(
+            min(map(add, map(floor.__getitem__, todo), map(sizes.__getitem__, todo))) - 1,
+            self.cap - max(self.left[part.lo : part.hi]),
+        )
+        choices = sorted((floor[i], rank[i], i) for i in todo if min_offset <= floor[i] <= ceiling)
+        for x, r, b in choices:
+            if x == min_offset and r < min_rank:
                 continue
             if self._try(part, rank, b, x):
                 return True
@@ -134,7 +136,7 @@ class _Search:
         """Place ``b`` at ``x``, search on if the sections allow, and undo."""
         raised = self._place(b, x)
         try:
-            if not self._sections_ok(part, x, b, raised):
+            if not self._sections_ok(x, b, raised):
                 return False
             return self._continue(part, rank, b, x)
         finally:
@@ -167,27 +169,24 @@ class _Search:
         lowest = min(map(self.open.__getitem__, self.t.members[s]))
         return 0 if lowest == UNPLACED_NONE else lowest
 
-    def _sections_ok(self, part: Partition, x: int, b: int, raised: list[tuple[int, int]]) -> bool:
-        """Every section whose level or unplaced size changed can still hold its buffers.
+    def _sections_ok(self, x: int, b: int, raised: list[tuple[int, int]]) -> bool:
+        """The sections next to ``b`` can still hold their unplaced buffers.
 
-        A section's unplaced buffers all sit at or above the lowest of their floors, and above
-        ``x``. The minimum over a section is only computed where it could fail: a section
-        holding a raised buffer has its lowest floor at most ``top``.
+        A section's unplaced buffers all sit at or above the lowest of their floors, so that
+        plus their total size must fit. Checked: ``b``'s own sections, and the sections of
+        raised buffers where ``top + left > cap`` (elsewhere a raised buffer keeps the lowest
+        floor at most ``top``, which fits).
         """
         t, cap, left = self.t, self.cap, self.left
-        if x + max(left[part.lo : part.hi]) > cap:
-            return False
         top = x + t.sizes[b]
-        for s in range(t.starts[b], t.ends[b]):
-            if top + left[s] > cap or self._lowest(s) + left[s] > cap:
-                return False
+        tight = {s for s in range(t.starts[b], t.ends[b]) if left[s]}
         for u, _ in raised:
             lo, hi = t.starts[u], t.ends[u]
-            if top + max(left[lo:hi]) <= cap:
-                continue
-            if any(self._lowest(s) + left[s] > cap for s in range(lo, hi) if top + left[s] > cap):
-                return False
-        return True
+            if top + max(left[lo:hi]) > cap:
+                tight.update(s for s in range(lo, hi) if top + left[s] > cap)
+        if not self.budget.spend(1 + len(tight) * self.members_per_section // STEP_MEMBERS):
+            raise _OutOfTime
+        return all(self._lowest(s) + left[s] <= cap for s in tight)
 
     def _continue(self, part: Partition, rank: dict[int, int], b: int, x: int) -> bool:
         """Search on after placing ``b``; split the partition where ``b`` was the last bridge."""

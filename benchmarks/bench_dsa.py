@@ -1,0 +1,109 @@
+"""Plan every DSA instance with each algorithm and print a markdown table of the results.
+
+    python benchmarks/bench_dsa.py                       # greedy and optimal, 30 s per instance
+    python benchmarks/bench_dsa.py --algorithms greedy --out results.md
+    python benchmarks/bench_dsa.py --only challenging --time-limit 10
+
+Columns: instance, buffers, algorithm, lower bound, peak, gap to the bound, whether the plan is
+proven optimal, wall-clock seconds, and for instances that carry a reference plan (IREE's
+``offset`` column) that plan's peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tensorplan.dsa import DsaInstance, load_instance
+from tensorplan.planners import plan_buffers
+
+HEADER = (
+    "| instance | buffers | algorithm | lower bound | peak | gap | optimal | seconds "
+    "| reference |\n|---|---:|---|---:|---:|---:|---|---:|---:|"
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One instance planned by one algorithm."""
+
+    instance: str  # file stem
+    buffers: int  # number of buffers
+    algorithm: str  # algorithm asked for
+    lower_bound: int  # bytes
+    peak: int  # bytes
+    optimal: bool  # proven optimal
+    seconds: float  # wall clock of plan_buffers
+    reference: int | None  # peak of the plan stored in the file, if any
+
+    def markdown(self) -> str:
+        gap = 100 * (self.peak - self.lower_bound) / self.lower_bound if self.lower_bound else 0
+        reference = f"{self.reference:,}" if self.reference is not None else ""
+        return (
+            f"| {self.instance} | {self.buffers:,} | {self.algorithm} | {self.lower_bound:,} "
+            f"| {self.peak:,} | {gap:.2f} % | {'yes' if self.optimal else 'no'} "
+            f"| {self.seconds:.2f} | {reference} |"
+        )
+
+
+def reference_peak(instance: DsaInstance) -> int | None:
+    """Peak of the plan the file carries in its ``offset`` column, if it has one."""
+    offsets = instance.column("offset")
+    if offsets is None:
+        return None
+    sizes = [b.size for b in instance.problem.buffers]
+    return max((o + s for o, s in zip(offsets, sizes, strict=True)), default=0)
+
+
+def bench(path: Path, algorithm: str, time_limit: float) -> Row:
+    """Plan one instance with one algorithm and time it."""
+    instance = load_instance(path)
+    started = time.perf_counter()
+    placement = plan_buffers(instance.problem.buffers, algorithm=algorithm, time_limit=time_limit)
+    seconds = time.perf_counter() - started
+    return Row(
+        path.stem,
+        len(instance.problem.buffers),
+        algorithm,
+        placement.lower_bound,
+        placement.peak,
+        placement.optimal,
+        seconds,
+        reference_peak(instance),
+    )
+
+
+def default_dir() -> Path:
+    """$TENSORPLAN_DSA_DIR, else ``shared/dsa`` beside the repository."""
+    override = os.environ.get("TENSORPLAN_DSA_DIR")
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "dsa"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=default_dir(), help="folder of CSV instances")
+    parser.add_argument("--algorithms", default="greedy,optimal", help="comma-separated list")
+    parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per search")
+    parser.add_argument("--only", default="", help="plan only files whose name contains this")
+    parser.add_argument("--out", type=Path, default=None, help="write the table here too")
+    args = parser.parse_args(argv)
+    lines = [HEADER]
+    print(HEADER, flush=True)
+    for path in sorted(args.dir.glob("*.csv")):
+        if args.only not in path.stem:
+            continue
+        for algorithm in args.algorithms.split(","):
+            line = bench(path, algorithm, args.time_limit).markdown()
+            lines.append(line)
+            print(line, flush=True)
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

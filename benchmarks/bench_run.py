@@ -1,0 +1,497 @@
+"""Latency and memory of ``Program.run`` vs eager PyTorch (and ExecuTorch), for every zoo model.
+
+Usage: ``python benchmarks/bench_run.py [--out FILE] [--models a,b] [--runs N]``
+
+For each model (default: every name in ``tensorplan.zoo.names()``, ``hf_*`` included when
+``transformers`` is installed) the script compiles with ``tp.compile`` and reports two tables:
+
+- **latency**, per input size: eager (the module called directly, never
+  ``ExportedProgram.module()``), ``Program.run`` (``copy_outputs=True``, the default) and
+  ``run(..., copy_outputs=False)``, and ExecuTorch's portable runtime when ``executorch`` is
+  installed (``to_edge(torch.export.export(...)).to_executorch()``, its ``.buffer`` loaded with
+  ``executorch.runtime.Runtime``). Each is the median of ``--runs`` timed calls after a warm-up,
+  under ``torch.no_grad()`` with ``torch.set_num_threads(1)``; the methods are interleaved call
+  by call, so load from other processes hits them alike. Models with a dynamic sequence length
+  are timed at its lower bound, the example length and its upper bound.
+- **coverage and memory**, per model: the kernel nodes of the graph (ATen calls that compute a
+  tensor, views excluded), the ops that ran functionally instead of through an out-variant
+  (``Program.stats`` after all runs; target: none), whether ``run`` matches eager, and the peak
+  RSS (``ru_maxrss``) of two fresh subprocesses on the example inputs: one that builds the eager
+  model and runs it, one that only ``tp.load``-s the program saved by this process and runs it;
+  plus each one's RSS growth across its timed runs (``/proc/self/statm``, after one warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import logging
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.export import Dim
+from torch.utils import _pytree as pytree
+
+import tensorplan as tp
+from tensorplan import zoo
+from tensorplan.zoo import Example
+
+WARM_UP = 5            # untimed calls of each method before timing
+DEFAULT_RUNS = 50      # timed calls of each method
+REASON_CHARS = 160     # longest failure reason printed in a table cell
+CHILD_TIMEOUT = 900    # seconds a memory subprocess may take
+# Starts its arguments as a grandchild of this process. Linux keeps a process's ru_maxrss across
+# execve and a forked child starts with its parent's high-water mark, so a subprocess of this
+# (large) process would report this process's peak; a grandchild forked from the small launcher
+# reports its own.
+LAUNCHER = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Median milliseconds per call of each method on one model at one input size."""
+
+    model: str                         # zoo name
+    seq: int | None                    # sequence length, None for a static model
+    eager: float                       # the eager module
+    run: float                         # Program.run, outputs copied
+    run_no_copy: float                 # Program.run(copy_outputs=False)
+    executorch: float | str | None     # ExecuTorch portable runtime, why it failed, or None
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What one memory subprocess measured."""
+
+    peak_kb: int                       # ru_maxrss at the end of the process
+    growth_kb: int                     # resident set after the timed runs minus before them
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Per-model facts besides latency."""
+
+    model: str                         # zoo name
+    kernels: int                       # kernel nodes in all graphs of the program
+    fallbacks: dict[str, int]          # op -> functional fallbacks run (Program.stats)
+    matches: bool                      # run's outputs equal eager's (assert_close defaults)
+    arena_bytes: int                   # the plan's arena
+    eager: Memory | str                # eager subprocess, or why it failed
+    tensorplan: Memory | str           # tensorplan subprocess, or why it failed
+
+
+# --- small helpers ---------------------------------------------------------------------------
+def one_line(error: BaseException | str) -> str:
+    """A failure as one short line that is safe in a markdown cell."""
+    if isinstance(error, BaseException):
+        lines = str(error).strip().splitlines()
+        error = f"{type(error).__name__}: {lines[0] if lines else ''}"
+    text = error.replace("|", "/")
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence the warnings and prints of export and lowering."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def resident_bytes() -> int:
+    """The current resident set size of this process, from ``/proc/self/statm``."""
+    with open("/proc/self/statm", encoding="ascii") as handle:
+        pages = int(handle.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def executorch_installed() -> bool:
+    """True when the ``executorch`` package can be imported."""
+    return importlib.util.find_spec("executorch") is not None
+
+
+# --- inputs ----------------------------------------------------------------------------------
+def _seq_dims(example: Example) -> list[tuple[int, int, Dim]]:
+    """(argument index, dim, Dim) of the positional inputs' dims that share the first Dim.
+
+    ``dynamic_shapes`` is a tuple aligned with the positional inputs (the zoo's convention).
+    """
+    found = [(i, d, dim) for i, spec in enumerate(example.dynamic_shapes or ())
+             for d, dim in (spec or {}).items() if isinstance(dim, Dim)]
+    return [item for item in found if item[2].__name__ == found[0][2].__name__]
+
+
+def lengths(example: Example) -> list[int | None]:
+    """Sequence lengths to time: lower bound, example and upper bound; ``[None]`` if static."""
+    dims = _seq_dims(example)
+    if not dims:
+        return [None]
+    index, dim, symbol = dims[0]
+    return sorted({symbol.min, example.args[index].shape[dim], symbol.max})
+
+
+def _resized(tensor: torch.Tensor, dim: int, length: int) -> torch.Tensor:
+    """``tensor`` tiled along ``dim`` and cut to ``length`` (token ids stay valid ids)."""
+    copies = -(-length // tensor.shape[dim])
+    return torch.cat([tensor] * copies, dim=dim).narrow(dim, 0, length).contiguous()
+
+
+def inputs_at(example: Example, length: int | None) -> tuple[Any, ...]:
+    """The example's positional inputs with the sequence dims set to ``length``."""
+    args = list(example.args)
+    if length is not None:
+        for index, dim, _ in _seq_dims(example):
+            args[index] = _resized(args[index], dim, length)
+    return tuple(args)
+
+
+# --- graph facts -----------------------------------------------------------------------------
+def _computes_tensor(op: torch._ops.OpOverload) -> bool:
+    """True when the op returns a tensor that is not a view or alias of an input."""
+    returns = op._schema.returns
+    return any(isinstance(r.type, torch.TensorType) for r in returns) and \
+        all(r.alias_info is None for r in returns)
+
+
+def kernel_nodes(program: tp.Program) -> int:
+    """ATen calls that compute a tensor, in the top-level graph and every subgraph."""
+    return sum(1 for module in program.exported_program.graph_module.modules()
+               if isinstance(module, torch.fx.GraphModule)
+               for node in module.graph.nodes
+               if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+               and _computes_tensor(node.target))
+
+
+def same_outputs(expected: Any, actual: Any) -> bool:
+    """True when the two output structures hold equal tensors (``assert_close`` defaults)."""
+    try:
+        torch.testing.assert_close(actual, expected)
+    except (AssertionError, TypeError, ValueError):
+        return False
+    return True
+
+
+# --- latency ---------------------------------------------------------------------------------
+def medians(methods: dict[str, Callable[[], Any]], runs: int) -> dict[str, float]:
+    """Median milliseconds per call of each method, interleaved call by call after a warm-up."""
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    with torch.no_grad():
+        for call in methods.values():
+            for _ in range(WARM_UP):
+                call()
+        for _ in range(runs):
+            for name, call in methods.items():
+                start = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) * 1e3 for name, values in times.items()}
+
+
+def executorch_program(example: Example) -> Any:
+    """The example model lowered to ExecuTorch (default config), loaded by its runtime.
+
+    Returns the runtime's ``Program``: it owns the bytes its methods run from, so it must stay
+    referenced while they do. Lowering runs under ``torch.no_grad()``: its passes run in-place
+    ops on the parameters.
+    """
+    from executorch.exir import to_edge
+    from executorch.runtime import Runtime
+
+    exported = torch.export.export(example.model, example.args, example.kwargs,
+                                   dynamic_shapes=example.dynamic_shapes, strict=False)
+    with torch.no_grad(), quiet():
+        lowered = to_edge(exported).to_executorch()
+    return Runtime.get().load_program(lowered.buffer)
+
+
+def _executorch_call(program: Any, args: tuple, kwargs: dict) -> Callable[[], Any]:
+    """A call of the ExecuTorch program's ``forward`` on the flattened user inputs.
+
+    The caller keeps ``program`` referenced while the call is used.
+    """
+    method, flat = program.load_method("forward"), pytree.tree_leaves((args, kwargs))
+    return lambda: method.execute(flat)
+
+
+@contextlib.contextmanager
+def native_stderr(lines: list[str]) -> Iterator[None]:
+    """Capture what native code writes to file descriptor 2 into ``lines``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines += capture.read().decode(errors="replace").splitlines()
+
+
+def executorch_failure(call: Callable[[], Any]) -> str | None:
+    """None when one call of the ExecuTorch method succeeds, else why it failed.
+
+    The runtime raises only an error code; the reason is the last and the first line of its
+    native log that say what failed (the failing kernel, then the check it failed; ``[file:line]``
+    prefixes dropped), or the exception itself.
+    """
+    log: list[str] = []
+    try:
+        with native_stderr(log):
+            call()
+    except Exception as error:  # a runtime failure becomes the cell, not a crash
+        failed = [line.split("] ", 1)[-1] for line in log if "failed" in line.lower()]
+        return one_line(" / ".join(dict.fromkeys(failed[-1:] + failed[:1])) or error)
+    return None
+
+
+def time_length(name: str, example: Example, program: tp.Program,
+                executorch_model: Any | str | None, length: int | None, runs: int) -> Latency:
+    """Time eager, run, run without copies and ExecuTorch on the inputs at ``length``."""
+    args, kwargs = inputs_at(example, length), example.kwargs
+    methods: dict[str, Callable[[], Any]] = {
+        "eager": lambda: example.model(*args, **kwargs),
+        "run": lambda: program.run(*args, **kwargs),
+        "run_no_copy": lambda: program.run(*args, copy_outputs=False, **kwargs),
+    }
+    executorch: float | str | None = executorch_model if isinstance(executorch_model, str) \
+        else None
+    if executorch_model is not None and executorch is None:
+        call = _executorch_call(executorch_model, args, kwargs)
+        executorch = executorch_failure(call)
+        if executorch is None:
+            methods["executorch"] = call
+    result = medians(methods, runs)
+    return Latency(name, length, result["eager"], result["run"], result["run_no_copy"],
+                   result.get("executorch", executorch))
+
+
+# --- memory subprocesses ---------------------------------------------------------------------
+def child_memory(mode: str, name: str, runs: int, program_path: str | None,
+                 inputs_path: str | None) -> Memory:
+    """In a fresh process: build the eager model or load the saved program, then run it.
+
+    ``mode`` is ``eager`` or ``tensorplan``. One warm-up call, then ``runs`` timed ones.
+    """
+    torch.set_num_threads(1)
+    if mode == "eager":
+        example = zoo.example(name)
+        call = _bound(example.model, example.args, example.kwargs)
+    else:
+        program = tp.load(program_path)
+        saved = torch.load(inputs_path, weights_only=True)
+        call = _bound(program.run, tuple(saved["args"]), saved["kwargs"])
+    with torch.no_grad():
+        call()
+        before = resident_bytes()
+        for _ in range(runs):
+            call()
+        after = resident_bytes()
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return Memory(peak_kb, (after - before) // 1024)
+
+
+def _bound(function: Callable[..., Any], args: tuple, kwargs: dict) -> Callable[[], Any]:
+    """A call of ``function`` on fixed inputs."""
+    return lambda: function(*args, **kwargs)
+
+
+def spawn_memory(mode: str, name: str, runs: int, program_path: str,
+                 inputs_path: str) -> Memory | str:
+    """Run ``child_memory`` in a fresh interpreter (via ``LAUNCHER``); its ``Memory`` or why
+    it failed."""
+    command = [sys.executable, "-c", LAUNCHER, sys.executable, os.path.abspath(__file__),
+               "--child", mode, "--models", name, "--runs", str(runs),
+               "--program", program_path, "--inputs", inputs_path]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env,
+                              timeout=CHILD_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {CHILD_TIMEOUT} s"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.strip().splitlines()
+        return one_line(f"exit {done.returncode}: {tail[-1] if tail else 'no output'}")
+    return Memory(**json.loads(lines[-1]))
+
+
+# --- one model -------------------------------------------------------------------------------
+def _executorch_or_reason(example: Example, with_executorch: bool) -> Any | str | None:
+    if not with_executorch:
+        return None
+    try:
+        return executorch_program(example)
+    except Exception as error:  # any lowering failure becomes the table cell
+        return one_line(error)
+
+
+def measure(name: str, runs: int, with_executorch: bool,
+            workdir: str) -> tuple[list[Latency], Coverage]:
+    """Compile, check, time and measure the memory of zoo model ``name``."""
+    example = zoo.example(name)
+    with quiet():
+        program = tp.compile(example.model, example.args, example.kwargs,
+                             dynamic_shapes=example.dynamic_shapes)
+    with torch.no_grad():
+        matches = same_outputs(example.model(*example.args, **example.kwargs),
+                               program.run(*example.args, **example.kwargs))
+    executorch_model = _executorch_or_reason(example, with_executorch)
+    latencies = [time_length(name, example, program, executorch_model, length, runs)
+                 for length in lengths(example)]
+    program_path = os.path.join(workdir, f"{name}.tpp")
+    inputs_path = os.path.join(workdir, f"{name}.inputs.pt")
+    program.save(program_path)
+    torch.save({"args": list(example.args), "kwargs": dict(example.kwargs)}, inputs_path)
+    memories = [spawn_memory(mode, name, runs, program_path, inputs_path)
+                for mode in ("eager", "tensorplan")]
+    coverage = Coverage(name, kernel_nodes(program), program.stats, matches,
+                        program.plan.arena_bytes, *memories)
+    return latencies, coverage
+
+
+# --- tables ----------------------------------------------------------------------------------
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _ratio(value: float | str | None, base: float) -> str:
+    return f"{value / base:.2f}x" if isinstance(value, float) and base else "n/a"
+
+
+def _executorch_cells(row: Latency) -> list[str]:
+    if isinstance(row.executorch, float):
+        return [_ms(row.executorch), _ratio(row.executorch, row.eager)]
+    return [str(row.executorch), "n/a"]
+
+
+def latency_table(rows: Sequence[Latency], runs: int, with_executorch: bool) -> str:
+    """The latency rows as a markdown table with its header note."""
+    header = ["model", "seq", "eager (ms)", "run (ms)", "run / eager", "run, no copy (ms)",
+              "no copy / eager"]
+    if with_executorch:
+        header += ["ExecuTorch (ms)", "ExecuTorch / eager"]
+    cells = []
+    for row in rows:
+        line = [row.model, "static" if row.seq is None else str(row.seq), _ms(row.eager),
+                _ms(row.run), _ratio(row.run, row.eager), _ms(row.run_no_copy),
+                _ratio(row.run_no_copy, row.eager)]
+        cells.append(line + (_executorch_cells(row) if with_executorch else []))
+    note = (f"Latency: median of {runs} timed calls after {WARM_UP} warm-up calls, "
+            f"`torch.set_num_threads(1)`, under `torch.no_grad()`, methods interleaved call by "
+            f"call; eager calls the module directly. Target: run / eager <= 1.2x.\n\n")
+    return note + _markdown(header, cells)
+
+
+def _fallback_cell(fallbacks: dict[str, int]) -> str:
+    if not fallbacks:
+        return "0"
+    ops = ", ".join(f"{op} ({count})" for op, count in sorted(fallbacks.items()))
+    return f"{len(fallbacks)}: {ops}"
+
+
+def _memory_cells(memory: Memory | str) -> tuple[str, str]:
+    if isinstance(memory, str):
+        return memory, "n/a"
+    return f"{memory.peak_kb / 1024:.1f}", str(memory.growth_kb)
+
+
+def _peak_ratio(row: Coverage) -> str:
+    if isinstance(row.eager, Memory) and isinstance(row.tensorplan, Memory):
+        return f"{row.tensorplan.peak_kb / row.eager.peak_kb:.2f}x"
+    return "n/a"
+
+
+def coverage_table(rows: Sequence[Coverage], runs: int) -> str:
+    """The per-model rows as a markdown table with its header note."""
+    header = ["model", "kernel nodes", "fallback ops", "run == eager", "arena (KB)",
+              "eager peak RSS (MB)", "tensorplan peak RSS (MB)", "tensorplan / eager",
+              "eager RSS growth (KB)", "tensorplan RSS growth (KB)"]
+    cells = []
+    for row in rows:
+        eager_peak, eager_growth = _memory_cells(row.eager)
+        tp_peak, tp_growth = _memory_cells(row.tensorplan)
+        cells.append([row.model, str(row.kernels), _fallback_cell(row.fallbacks),
+                      "yes" if row.matches else "NO", f"{row.arena_bytes / 1024:.1f}",
+                      eager_peak, tp_peak, _peak_ratio(row), eager_growth, tp_growth])
+    note = ("Coverage: kernel nodes are ATen calls that compute a tensor (views excluded); "
+            "fallback ops ran functionally and were copied into the arena (`Program.stats` "
+            "after all timed runs; target: 0). Memory: fresh subprocesses on the example "
+            f"inputs, `torch.set_num_threads(1)`, one warm-up call then {runs} calls; peak RSS "
+            "is `ru_maxrss` at the end (it includes the interpreter and `import torch`; the "
+            "eager process also imports `transformers` for `hf_*` models, the tensorplan one "
+            "only `tp.load`-s the saved program); RSS growth is the resident set after the "
+            "calls minus before them.\n\n")
+    return note + _markdown(header, cells)
+
+
+# --- entry points ----------------------------------------------------------------------------
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="also write the markdown tables to this file")
+    parser.add_argument("--models", help="comma-separated zoo names (default: all)")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS,
+                        help=f"timed calls per method (default {DEFAULT_RUNS})")
+    parser.add_argument("--child", choices=("eager", "tensorplan"), help=argparse.SUPPRESS)
+    parser.add_argument("--program", help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def _child(options: argparse.Namespace) -> int:
+    """Measure one memory subprocess and print its ``Memory`` as one JSON line."""
+    with quiet():
+        memory = child_memory(options.child, options.models, options.runs, options.program,
+                              options.inputs)
+    print(json.dumps({"peak_kb": memory.peak_kb, "growth_kb": memory.growth_kb}))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure the chosen models, print both tables, write them to ``--out``; 0 on success."""
+    options = _arguments(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.disable(logging.WARNING)
+    if options.child:
+        return _child(options)
+    torch.set_num_threads(1)
+    names = options.models.split(",") if options.models else zoo.names()
+    with_executorch = executorch_installed()
+    latencies: list[Latency] = []
+    coverages: list[Coverage] = []
+    with tempfile.TemporaryDirectory(prefix="bench_run_") as workdir:
+        for name in names:
+            rows, coverage = measure(name, options.runs, with_executorch, workdir)
+            latencies += rows
+            coverages.append(coverage)
+    text = (latency_table(latencies, options.runs, with_executorch) + "\n"
+            + coverage_table(coverages, options.runs))
+    sys.stdout.write(text)
+    if options.out:
+        with open(options.out, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Run every benchmark script and collect their tables in one markdown file.
+
+Usage: ``python benchmarks/run_all.py [--out FILE] [--timeout SECONDS]``
+
+Each script in ``SECTIONS`` runs as its own subprocess (``sys.executable SCRIPT --out TMP``, from
+the repository root), so a crash or a hang in one cannot take the others down. The report has
+the machine (CPUs, torch and ExecuTorch versions, commit, date) and one section per script: its
+markdown tables, or, when it failed, the exit status and the last lines of its stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+# (section heading, script in this directory), in report order
+SECTIONS = (
+    ("Memory plan: arena vs lower bound (and ExecuTorch)", "bench_plan.py"),
+    ("Run: latency, out-variant coverage and memory vs eager (and ExecuTorch)", "bench_run.py"),
+    ("Planner on the DSA instances", "bench_dsa.py"),
+)
+STDERR_LINES = 20         # lines of a failed script's stderr shown in its section
+DEFAULT_TIMEOUT = 3600    # seconds one script may run before it counts as failed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one script produced."""
+
+    script: str          # file name in benchmarks/
+    ok: bool             # exited 0 (and did not time out)
+    text: str            # its tables when ok, else why it failed and its stderr tail
+    seconds: float       # wall time
+
+
+def _version(package: str) -> str:
+    """The installed version of ``package``, or ``not installed``."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    """The CPU model name from ``/proc/cpuinfo``, or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _commit() -> str:
+    """The short hash of the checked-out commit (``+dirty`` with local changes), or ``unknown``."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty.strip() else "")
+
+
+def machine() -> str:
+    """A markdown list describing the machine and the software the numbers come from."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    items = [f"date: {now}",
+             f"CPU: {_cpu_model()}, {os.cpu_count()} logical CPUs",
+             f"Python {platform.python_version()}, torch {_version('torch')}, "
+             f"transformers {_version('transformers')}, executorch {_version('executorch')}",
+             f"commit: {_commit()}"]
+    return "".join(f"- {item}\n" for item in items)
+
+
+def _failure(reason: str, stderr: str) -> str:
+    """A failed section: the reason, then the last lines of stderr (if any) in a code block."""
+    tail = "\n".join(stderr.rstrip().splitlines()[-STDERR_LINES:])
+    if not tail:
+        return f"**Failed:** {reason}.\n"
+    return f"**Failed:** {reason}. Last lines of its stderr:\n\n```\n{tail}\n```\n"
+
+
+def _run(command: list[str], timeout: float) -> tuple[int | None, str]:
+    """Run ``command`` from the repository root in its own process group.
+
+    Returns ``(exit status, stderr)``; the status is None when it timed out, in which case the
+    whole group (the script and any subprocess it started) has been killed.
+    """
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+        try:
+            _, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            _, stderr = process.communicate()
+            return None, stderr
+    return process.returncode, stderr
+
+
+def run_script(script: str, timeout: float) -> Outcome:
+    """Run ``benchmarks/<script> --out TMP`` and return its tables or why it failed.
+
+    A script that exits 0 without writing ``--out`` counts as failed.
+    """
+    path = os.path.join(HERE, script)
+    if not os.path.exists(path):
+        return Outcome(script, False, _failure(f"`benchmarks/{script}` does not exist", ""), 0.0)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="run_all_") as workdir:
+        out = os.path.join(workdir, "tables.md")
+        status, stderr = _run([sys.executable, path, "--out", out], timeout)
+        text = _read(out)
+    seconds = time.perf_counter() - start
+    if status is None:
+        return Outcome(script, False, _failure(f"timed out after {timeout:.0f} s", stderr),
+                       seconds)
+    if status != 0:
+        return Outcome(script, False, _failure(f"exit status {status}", stderr), seconds)
+    if not text.strip():
+        return Outcome(script, False, _failure("it exited 0 but wrote nothing to `--out`",
+                                               stderr), seconds)
+    return Outcome(script, True, text, seconds)
+
+
+def _read(path: str) -> str:
+    """The file's text, or an empty string when it was not written."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return ""
+
+
+def report(outcomes: Sequence[Outcome]) -> str:
+    """The whole markdown report: title, machine, then one section per script."""
+    parts = ["# Benchmark results\n\n", "Written by `benchmarks/run_all.py` (`make bench`).\n\n",
+             "## Machine\n\n", machine()]
+    for (heading, _), outcome in zip(SECTIONS, outcomes, strict=True):
+        parts.append(f"\n## {heading}\n\n`benchmarks/{outcome.script}`, "
+                     f"{outcome.seconds:.0f} s.\n\n{outcome.text.rstrip()}\n")
+    return "".join(parts)
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"),
+                        help="markdown file to write (default: benchmarks/RESULTS.md)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds per script (default {DEFAULT_TIMEOUT})")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every script, write the report; 0 when all succeeded, 1 otherwise."""
+    options = _arguments(argv)
+    outcomes = []
+    for _, script in SECTIONS:
+        print(f"run_all: {script} ...", file=sys.stderr, flush=True)
+        outcome = run_script(script, options.timeout)
+        status = "ok" if outcome.ok else "FAILED"
+        print(f"run_all: {script} {status} in {outcome.seconds:.0f} s", file=sys.stderr,
+              flush=True)
+        outcomes.append(outcome)
+    with open(options.out, "w", encoding="utf-8") as handle:
+        handle.write(report(outcomes))
+    print(f"run_all: wrote {options.out}", file=sys.stderr)
+    return 0 if all(outcome.ok for outcome in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

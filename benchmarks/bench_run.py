@@ -87,6 +87,7 @@ class Coverage:
     model: str                         # zoo name
     kernels: int                       # kernel nodes in all graphs of the program
     fallbacks: dict[str, int]          # op -> functional fallbacks run (Program.stats)
+    allocations: dict[str, int]        # top-level op -> bytes it allocated in one run
     matches: bool                      # run's outputs equal eager's (assert_close defaults)
     arena_bytes: int                   # the plan's arena
     eager: Memory | str                # eager subprocess, or why it failed
@@ -173,6 +174,27 @@ def kernel_nodes(program: tp.Program) -> int:
                for node in module.graph.nodes
                if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
                and _computes_tensor(node.target))
+
+
+def allocations(program: tp.Program, args: tuple, kwargs: dict) -> dict[str, int]:
+    """Bytes allocated outside the arena during one ``run(copy_outputs=False)``, by the
+    top-level op whose call allocated them.
+
+    An out-variant that ATen only generates (``autogen``: compute functionally, then copy into
+    ``out``) allocates its result like the functional op, which ``Program.stats`` does not see.
+    """
+    program.run(*args, copy_outputs=False, **kwargs)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as profiler:
+        program.run(*args, copy_outputs=False, **kwargs)
+    allocated: dict[str, int] = {}
+    for event in profiler.events():
+        if event.cpu_memory_usage > 0:
+            root = event
+            while root.cpu_parent is not None:
+                root = root.cpu_parent
+            allocated[root.name] = allocated.get(root.name, 0) + event.cpu_memory_usage
+    return allocated
 
 
 def same_outputs(expected: Any, actual: Any) -> bool:
@@ -359,7 +381,8 @@ def measure(name: str, runs: int, with_executorch: bool,
     torch.save({"args": list(example.args), "kwargs": dict(example.kwargs)}, inputs_path)
     memories = [spawn_memory(mode, name, runs, program_path, inputs_path)
                 for mode in ("eager", "tensorplan")]
-    coverage = Coverage(name, kernel_nodes(program), program.stats, matches,
+    allocated = allocations(program, example.args, example.kwargs)
+    coverage = Coverage(name, kernel_nodes(program), program.stats, allocated, matches,
                         program.plan.arena_bytes, *memories)
     return latencies, coverage
 
@@ -410,6 +433,14 @@ def _fallback_cell(fallbacks: dict[str, int]) -> str:
     return f"{len(fallbacks)}: {ops}"
 
 
+def _allocation_cell(allocated: dict[str, int]) -> str:
+    if not allocated:
+        return "0"
+    ops = ", ".join(f"{op.removeprefix('aten::')} {size / 1024:.0f}"
+                    for op, size in sorted(allocated.items(), key=lambda item: -item[1]))
+    return f"{sum(allocated.values()) / 1024:.0f} ({ops})"
+
+
 def _memory_cells(memory: Memory | str) -> tuple[str, str]:
     if isinstance(memory, str):
         return memory, "n/a"
@@ -424,7 +455,8 @@ def _peak_ratio(row: Coverage) -> str:
 
 def coverage_table(rows: Sequence[Coverage], runs: int) -> str:
     """The per-model rows as a markdown table with its header note."""
-    header = ["model", "kernel nodes", "fallback ops", "run == eager", "arena (KB)",
+    header = ["model", "kernel nodes", "fallback ops", "allocated outside the arena (KB/run)",
+              "run == eager", "arena (KB)",
               "eager peak RSS (MB)", "tensorplan peak RSS (MB)", "tensorplan / eager",
               "eager RSS growth (KB)", "tensorplan RSS growth (KB)"]
     cells = []
@@ -432,12 +464,17 @@ def coverage_table(rows: Sequence[Coverage], runs: int) -> str:
         eager_peak, eager_growth = _memory_cells(row.eager)
         tp_peak, tp_growth = _memory_cells(row.tensorplan)
         cells.append([row.model, str(row.kernels), _fallback_cell(row.fallbacks),
-                      "yes" if row.matches else "NO", f"{row.arena_bytes / 1024:.1f}",
+                      _allocation_cell(row.allocations), "yes" if row.matches else "NO",
+                      f"{row.arena_bytes / 1024:.1f}",
                       eager_peak, tp_peak, _peak_ratio(row), eager_growth, tp_growth])
     note = ("Coverage: kernel nodes are ATen calls that compute a tensor (views excluded); "
             "fallback ops ran functionally and were copied into the arena (`Program.stats` "
-            "after all timed runs; target: 0). Memory: fresh subprocesses on the example "
-            f"inputs, `torch.set_num_threads(1)`, one warm-up call then {runs} calls; peak RSS "
+            "after all timed runs; target: 0); allocated outside the arena is what one "
+            "`run(copy_outputs=False)` on the example inputs allocated, per top-level op "
+            "(`torch.profiler` memory events): out-variants that ATen only generates compute "
+            "functionally and copy, so they allocate although `stats` counts no fallback. "
+            "Memory: fresh subprocesses on the example inputs, `torch.set_num_threads(1)`, "
+            f"one warm-up call then {runs} calls; peak RSS "
             "is `ru_maxrss` at the end (it includes the interpreter and `import torch`; the "
             "eager process also imports `transformers` for `hf_*` models, the tensorplan one "
             "only `tp.load`-s the saved program); RSS growth is the resident set after the "

@@ -5,26 +5,53 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 
-from tensorplan.planners.instance import Instance
+from tensorplan.planners.instance import Instance, section_loads
 from tensorplan.planners.occupancy import OccupancyIndex, best_fit
 
-OrderKey = Callable[[Instance, int], tuple[int, ...]]
 
-
-def _by_size(inst: Instance, i: int) -> tuple[int, ...]:
+def _by_size(inst: Instance, i: int, peak_load: list[int]) -> tuple[int, ...]:
     return (-inst.sizes[i], inst.starts[i] - inst.ends[i], inst.starts[i], i)
 
 
-def _by_area(inst: Instance, i: int) -> tuple[int, ...]:
-    length = inst.ends[i] - inst.starts[i]
-    return (-inst.sizes[i] * length, -inst.sizes[i], inst.starts[i], i)
+def _by_area(inst: Instance, i: int, peak_load: list[int]) -> tuple[int, ...]:
+    return (inst.sizes[i] * (inst.starts[i] - inst.ends[i]), -inst.sizes[i], inst.starts[i], i)
 
 
-def _by_length(inst: Instance, i: int) -> tuple[int, ...]:
+def _by_length(inst: Instance, i: int, peak_load: list[int]) -> tuple[int, ...]:
     return (inst.starts[i] - inst.ends[i], -inst.sizes[i], inst.starts[i], i)
 
 
-ORDERS: dict[str, OrderKey] = {"size": _by_size, "area": _by_area, "length": _by_length}
+def _by_load(inst: Instance, i: int, peak_load: list[int]) -> tuple[int, ...]:
+    return (-peak_load[i], -inst.sizes[i], inst.starts[i], i)
+
+
+OrderKey = Callable[[Instance, int, list[int]], tuple[int, ...]]
+# buffer orders of the portfolio; ties broken by size, then start, then index
+ORDERS: dict[str, OrderKey] = {
+    "size": _by_size,  # largest first
+    "area": _by_area,  # largest size x sections first
+    "length": _by_length,  # most sections first
+    "load": _by_load,  # those live in the most loaded section first
+}
+
+
+def peak_loads(inst: Instance) -> list[int]:
+    """For each buffer, the highest total size live in any section of its lifetime.
+
+    Range maxima come from a sparse table: level k holds the max of every 2**k sections.
+
+    >>> peak_loads(Instance((2, 3, 4), (0, 1, 3), (2, 3, 4), 4, (0, 1, 2)))
+    [5, 5, 4]
+    """
+    levels = [section_loads(inst)]
+    while 2 ** len(levels) <= inst.sections:
+        below, half = levels[-1], 2 ** (len(levels) - 1)
+        levels.append(list(map(max, below[:-half], below[half:])))
+    peaks = []
+    for start, end in zip(inst.starts, inst.ends, strict=True):
+        level = levels[(end - start).bit_length() - 1]
+        peaks.append(max(level[start], level[end - (1 << ((end - start).bit_length() - 1))]))
+    return peaks
 
 
 CHUNK = 512  # buffers placed by one pass before the portfolio picks which pass to advance next
@@ -69,9 +96,10 @@ def plan_greedy(inst: Instance, bound: int) -> list[int]:
     [0, 4, 4]
     """
     n = len(inst.sizes)
+    loads = peak_loads(inst)
     passes = []
     for rank, key in enumerate(ORDERS.values()):
-        order = sorted(range(n), key=lambda i, key=key: key(inst, i))
+        order = sorted(range(n), key=lambda i, key=key: key(inst, i, loads))
         offsets = [0] * n
         passes.append((0, rank, placement_steps(inst, order, offsets), offsets))
     best, best_peak = passes[0][3], None

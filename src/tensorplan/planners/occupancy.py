@@ -41,8 +41,9 @@ class OccupancyIndex:
         while leaves < sections:
             leaves *= 2
         self._leaves = leaves
-        self._own: list[list[int]] = [[] for _ in range(2 * leaves)]
-        self._part: list[list[int]] = [[] for _ in range(2 * leaves)]
+        # per tree node, made on first use: most nodes of a big tree stay empty
+        self._own: list[list[int] | None] = [None] * (2 * leaves)
+        self._part: list[list[int] | None] = [None] * (2 * leaves)
 
     def _tiles(self, start: int, end: int) -> list[int]:
         """The tree nodes whose ranges tile sections ``[start, end)`` exactly."""
@@ -75,17 +76,28 @@ class OccupancyIndex:
 
     def add(self, lo: int, hi: int, start: int, end: int) -> None:
         """Record offsets ``[lo, hi)`` as taken during sections ``[start, end)``."""
+        own, part = self._own, self._part
         for node in self._tiles(start, end):
-            add_range(self._own[node], lo, hi)
-            add_range(self._part[node], lo, hi)
+            _add_to(own, node, lo, hi)
+            _add_to(part, node, lo, hi)
         for node in self._edge_paths(start, end):
-            add_range(self._part[node], lo, hi)
+            _add_to(part, node, lo, hi)
 
     def taken(self, start: int, end: int) -> list[list[int]]:
         """Flat range lists whose union is every offset taken somewhere in ``[start, end)``."""
-        lists = [self._part[node] for node in self._tiles(start, end)]
-        lists += [self._own[node] for node in self._edge_paths(start, end)]
+        part, own = self._part, self._own
+        lists = [part[node] for node in self._tiles(start, end)]
+        lists += [own[node] for node in self._edge_paths(start, end)]
         return [bounds for bounds in lists if bounds]
+
+
+def _add_to(table: list[list[int] | None], node: int, lo: int, hi: int) -> None:
+    """``add_range`` on ``table[node]``, making the list if the node has none yet."""
+    bounds = table[node]
+    if bounds is None:
+        table[node] = [lo, hi]
+    else:
+        add_range(bounds, lo, hi)
 
 
 def best_fit(lists: list[list[int]], size: int) -> int:

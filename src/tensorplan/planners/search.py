@@ -34,6 +34,7 @@ from tensorplan.planners.tables import SearchTables
 HEURISTICS = ("WAT", "TAW", "TWA")  # rank keys, in priority: Width, Area, section Total
 UNPLACED_NONE = 1 << 62  # stands for "no unplaced buffer" in a minimum over a section
 STEP_MEMBERS = 256  # section members scanned per budget step (plus one step per placement)
+STEP_BUFFERS = 16  # unplaced buffers scanned per budget step (plus one step per node)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,8 @@ class _Search:
         todo = [i for i in part.buffers if offset[i] < 0]
         if not todo:
             return True
+        if not self.budget.spend(1 + len(todo) // STEP_BUFFERS):
+            raise _OutOfTime
         # dominance bounds x from above, and so must the fullest section: x + left <= cap
         ceiling = min(
             min(map(add, map(floor.__getitem__, todo), map(sizes.__getitem__, todo))) - 1,

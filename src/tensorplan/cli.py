@@ -35,23 +35,24 @@ from tensorplan.report.compare import compare
 from tensorplan.targets import FORMS, load_example, load_target, target_name
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
-WIDE = 160      # console width when stdout is not a terminal (files, pipes, tests)
+WIDE = 160  # console width when stdout is not a terminal (files, pipes, tests)
 
 
 def _placement_table(title: str, buffers: int, placement: Placement, seconds: float) -> Table:
-    """A one-row rich table: the numbers a user wants from one planning run."""
-    table = Table(title=title)
-    for name in ("buffers", "algorithm", "peak", "lower bound", "gap", "optimal", "seconds"):
-        table.add_column(name, justify="right")
-    table.add_row(
-        f"{buffers:,}",
-        placement.algorithm,
-        f"{placement.peak:,}",
-        f"{placement.lower_bound:,}",
-        f"{100 * placement.gap:.2f} %",
-        "yes" if placement.optimal else "no",
-        f"{seconds:.2f}",
-    )
+    """A two-column rich table: the numbers a user wants from one planning run."""
+    table = Table(title=title, show_header=False)
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for field, value in (
+        ("buffers", f"{buffers:,}"),
+        ("algorithm", placement.algorithm),
+        ("peak", f"{placement.peak:,}"),
+        ("lower bound", f"{placement.lower_bound:,}"),
+        ("gap", f"{100 * placement.gap:.2f} % (+{placement.peak - placement.lower_bound:,} B)"),
+        ("optimal", "yes" if placement.optimal else "no"),
+        ("seconds", f"{seconds:.2f}"),
+    ):
+        table.add_row(field, value)
     return table
 
 
@@ -99,10 +100,19 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
     """``tensorplan plan TARGET``: compile a model, print its plan, write the files asked for."""
     parser = commands.add_parser("plan", help="compile a model and print its memory plan")
     parser.add_argument("target", help=FORMS)
-    parser.add_argument("--algorithm", default=None, choices=sorted(PLANNERS),
-                        help="planner (default auto; a tensorplan file keeps its saved plan)")
-    parser.add_argument("--alignment", type=_positive_int, default=None, metavar="N",
-                        help="offset alignment in bytes (default 16)")
+    parser.add_argument(
+        "--algorithm",
+        default=None,
+        choices=sorted(PLANNERS),
+        help="planner (default auto; a tensorplan file keeps its saved plan)",
+    )
+    parser.add_argument(
+        "--alignment",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="offset alignment in bytes (default 16)",
+    )
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
@@ -113,16 +123,22 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
 
 def _params(args: argparse.Namespace) -> PlannerParams | None:
     """Planner options given on the command line, or None when none was given."""
-    given = {key: value for key in ("algorithm", "alignment")
-             if (value := getattr(args, key)) is not None}
+    given = {
+        key: value
+        for key in ("algorithm", "alignment")
+        if (value := getattr(args, key)) is not None
+    }
     return dataclasses.replace(PlannerParams(), **given) if given else None
 
 
 def _write_outputs(program: Program, args: argparse.Namespace) -> None:
     name = target_name(args.target)
     writers = (
-        (args.json, "plan JSON",
-         lambda path: _write_text(path, json.dumps(plan_to_json(program, name), indent=1))),
+        (
+            args.json,
+            "plan JSON",
+            lambda path: _write_text(path, json.dumps(plan_to_json(program, name), indent=1)),
+        ),
         (args.header, "C header", lambda path: _write_text(path, plan_to_c_header(program, name))),
         (args.timeline, "timeline", lambda path: plot_timeline(program, path, name)),
         (args.save, "program", lambda path: save_program(program, path)),
@@ -158,8 +174,13 @@ def add_run_command(commands: argparse._SubParsersAction) -> None:
     """``tensorplan run TARGET``: run a model out of its arena and compare it with eager."""
     parser = commands.add_parser("run", help="run a model out of its arena, compare with eager")
     parser.add_argument("target", help=FORMS)
-    parser.add_argument("--runs", type=_positive_int, default=20, metavar="N",
-                        help="timed runs of each (default 20; the median is shown)")
+    parser.add_argument(
+        "--runs",
+        type=_positive_int,
+        default=20,
+        metavar="N",
+        help="timed runs of each (default 20; the median is shown)",
+    )
     parser.set_defaults(run=run_run)
 
 
@@ -168,8 +189,9 @@ def _inputs(program: Program, example: zoo.Example | None) -> tuple[tuple, dict]
         return example.args, example.kwargs
     inputs = program.exported_program.example_inputs
     if inputs is None:
-        raise TensorPlanError("run: the file holds no example inputs; run it from Python with "
-                              "Program.run(*inputs)")
+        raise TensorPlanError(
+            "run: the file holds no example inputs; run it from Python with Program.run(*inputs)"
+        )
     return inputs
 
 
@@ -182,16 +204,19 @@ def run_run(args: argparse.Namespace) -> int:
     inputs, kwargs = _inputs(program, example)
     eager = None if example is None else (lambda: example.model(*inputs, **kwargs))
     result = compare(lambda: program.run(*inputs, **kwargs), eager, args.runs)
-    table = Table(title=f"{target_name(args.target)}: run out of a "
-                        f"{program.plan.arena_bytes:,} B arena")
+    table = Table(
+        title=f"{target_name(args.target)}: run out of a {program.plan.arena_bytes:,} B arena"
+    )
     for name in ("outputs", "max |error|", "matches eager", "run ms", "eager ms", "fallbacks"):
         table.add_column(name)
-    table.add_row(", ".join(result.outputs),
-                  "-" if result.max_abs_error is None else f"{result.max_abs_error:.3g}",
-                  {None: "-", True: "yes", False: "NO"}[result.matches],
-                  f"{result.run_ms:.3f}",
-                  "-" if result.eager_ms is None else f"{result.eager_ms:.3f}",
-                  ", ".join(f"{op} x{n}" for op, n in program.stats.items()) or "none")
+    table.add_row(
+        ", ".join(result.outputs),
+        "-" if result.max_abs_error is None else f"{result.max_abs_error:.3g}",
+        {None: "-", True: "yes", False: "NO"}[result.matches],
+        f"{result.run_ms:.3f}",
+        "-" if result.eager_ms is None else f"{result.eager_ms:.3f}",
+        ", ".join(f"{op} x{n}" for op, n in program.stats.items()) or "none",
+    )
     (Console() if sys.stdout.isatty() else Console(width=WIDE)).print(table)
     return 1 if result.matches is False else 0
 

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import compress
 from operator import add
 
 from tensorplan.planners.budget import Budget
@@ -182,11 +183,13 @@ class _Search:
         """
         t, cap, left = self.t, self.cap, self.left
         top = x + t.sizes[b]
-        tight = {s for s in range(t.starts[b], t.ends[b]) if left[s]}
+        lo, hi = t.starts[b], t.ends[b]
+        tight = set(compress(range(lo, hi), left[lo:hi]))
+        room = cap - top  # sections whose unplaced size exceeds it are tight
         for u, _ in raised:
             lo, hi = t.starts[u], t.ends[u]
-            if top + max(left[lo:hi]) > cap:
-                tight.update(s for s in range(lo, hi) if top + left[s] > cap)
+            if max(left[lo:hi]) > room:
+                tight.update(compress(range(lo, hi), map(room.__lt__, left[lo:hi])))
         if not self.budget.spend(1 + len(tight) * self.members_per_section // STEP_MEMBERS):
             raise _OutOfTime
         return all(self._lowest(s) + left[s] <= cap for s in tight)

@@ -434,11 +434,15 @@ def _fallback_cell(fallbacks: dict[str, int]) -> str:
 
 
 def _allocation_cell(allocated: dict[str, int]) -> str:
+    """Total KB, then the ops that allocated at least 1 KB, largest first."""
     if not allocated:
         return "0"
-    ops = ", ".join(f"{op.removeprefix('aten::')} {size / 1024:.0f}"
-                    for op, size in sorted(allocated.items(), key=lambda item: -item[1]))
-    return f"{sum(allocated.values()) / 1024:.0f} ({ops})"
+    ranked = sorted(allocated.items(), key=lambda item: -item[1])
+    ops = [f"{op.removeprefix('aten::')} {size / 1024:.0f}" for op, size in ranked
+           if size >= 1024]
+    smaller = len(ranked) - len(ops)
+    ops += [f"{smaller} more < 1"] if smaller else []
+    return f"{sum(allocated.values()) / 1024:.0f} ({', '.join(ops)})"
 
 
 def _memory_cells(memory: Memory | str) -> tuple[str, str]:

@@ -88,12 +88,21 @@ def placement_steps(
 def plan_greedy(inst: Instance, bound: int) -> list[int]:
     """Offsets of the best plan over the portfolio of orders; stops early at ``bound``.
 
+    >>> plan_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6)
+    [0, 4, 4]
+    """
+    return best_greedy(inst, bound)[0]
+
+
+def best_greedy(inst: Instance, bound: int) -> tuple[list[int], list[int]]:
+    """The best plan over the portfolio and the buffer order that made it.
+
     The passes run interleaved, always advancing the one whose running peak is lowest, and a
     pass is dropped once its running peak reaches the best finished one: the peak is the same as
     running every pass in full, for a fraction of the work.
 
-    >>> plan_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6)
-    [0, 4, 4]
+    >>> best_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6)
+    ([0, 4, 4], [0, 1, 2])
     """
     n = len(inst.sizes)
     loads = peak_loads(inst)
@@ -101,15 +110,15 @@ def plan_greedy(inst: Instance, bound: int) -> list[int]:
     for rank, key in enumerate(ORDERS.values()):
         order = sorted(range(n), key=lambda i, key=key: key(inst, i, loads))
         offsets = [0] * n
-        passes.append((0, rank, placement_steps(inst, order, offsets), offsets))
-    best, best_peak = passes[0][3], None
+        passes.append((0, rank, placement_steps(inst, order, offsets), offsets, order))
+    best, best_order, best_peak = passes[0][3], passes[0][4], None
     while passes:
-        running, rank, steps, offsets = heapq.heappop(passes)
+        running, rank, steps, offsets, order = heapq.heappop(passes)
         if best_peak is not None and (running >= best_peak or best_peak <= bound):
             break
         peak, finished = next(steps)
         if not finished:
-            heapq.heappush(passes, (peak, rank, steps, offsets))
+            heapq.heappush(passes, (peak, rank, steps, offsets, order))
         elif best_peak is None or peak < best_peak:
-            best, best_peak = offsets, peak
-    return best
+            best, best_order, best_peak = offsets, order, peak
+    return best, best_order

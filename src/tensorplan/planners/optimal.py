@@ -1,6 +1,8 @@
-"""The anytime optimal planner: greedy first, then a capacity search with branch and bound.
+"""The anytime optimal planner: greedy, squeaky-wheel repair, then branch-and-bound probes.
 
-The peak lies between the lower bound ``lo`` and the best plan found so far. Each probe asks
+The greedy plan is first repaired by re-placing its buffers with the ones above the bound
+promoted (``improve.py``); instances with too many overlapping pairs stop there. Otherwise the
+peak lies between the lower bound ``lo`` and the best plan found so far. Each probe asks
 the decision search (``search.fit``) for a plan under a capacity: first the lower bound itself
 (most instances reach it), then halfway between what is refuted or unresolved and the best
 peak. A found plan lowers the best peak, a refuted capacity raises ``lo``; the best plan is
@@ -16,7 +18,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from tensorplan.planners.budget import Budget
-from tensorplan.planners.greedy import plan_greedy
+from tensorplan.planners.greedy import best_greedy
+from tensorplan.planners.improve import squeaky_wheel
 from tensorplan.planners.instance import Instance, peak_of
 from tensorplan.planners.search import fit
 from tensorplan.planners.tables import build_tables
@@ -31,7 +34,8 @@ class SearchParams:
     auto_seconds_per_1000: float = 0.5  # ... plus this much per further 1,000 buffers
     auto_max_seconds: float = 5.0  # ... and never more than this
     steps_per_second: int = 50_000  # search steps one second of budget buys (repeatable runs)
-    first_probe_share: float = 0.5  # share of the budget for the probe at the lower bound
+    repair_share: float = 0.1  # share of the budget for squeaky-wheel repair before the search
+    first_probe_share: float = 0.5  # share of the rest for the probe at the lower bound
     max_pairs: int = 2_000_000  # time-overlapping pairs above which the search is skipped
 
 
@@ -70,19 +74,37 @@ def overlapping_pairs(inst: Instance) -> int:
 def plan_optimal(inst: Instance, bound: int, seconds: float, params: SearchParams) -> Outcome:
     """Best plan found within ``seconds`` (never worse than greedy), and whether it is proven.
 
-    The clock starts before the greedy portfolio, so ``seconds`` bounds the whole call. Here
-    greedy peaks at 6 while 5 is the bound, and the search reaches it:
+    Greedy first, then squeaky-wheel repair (all of the budget on instances too large for the
+    search, a share otherwise), then the capacity search. The clock starts before greedy, so
+    ``seconds`` bounds the whole call. Here greedy peaks at 6 while 5 is the bound:
 
     >>> inst = Instance((3, 3, 1, 2), (0, 3, 0, 1), (1, 5, 2, 4), 5, (0, 1, 2, 3))
     >>> plan_optimal(inst, 5, 1.0, SearchParams())
-    Outcome(offsets=[0, 2, 3, 0], proven=True, improved=True)
+    Outcome(offsets=[1, 0, 0, 3], proven=True, improved=True)
     """
     budget = Budget(seconds, int(seconds * params.steps_per_second))
-    best = plan_greedy(inst, bound)
-    best_peak = greedy_peak = peak_of(inst, best)
-    if best_peak <= bound or overlapping_pairs(inst) > params.max_pairs:
-        return Outcome(best, best_peak <= bound, False)
+    greedy, order = best_greedy(inst, bound)
+    greedy_peak = peak_of(inst, greedy)
+    if greedy_peak <= bound:
+        return Outcome(greedy, True, False)
+    searchable = overlapping_pairs(inst) <= params.max_pairs
+    share = params.repair_share if searchable else 1.0
+    repair = Budget(budget.left(), _steps_left(budget, share))
+    best = squeaky_wheel(inst, order, greedy, bound, repair)
+    budget.spend(repair.steps)
+    lo = bound
+    if searchable and peak_of(inst, best) > bound:
+        best, lo = _capacity_search(inst, bound, best, budget, params)
+    best_peak = peak_of(inst, best)
+    return Outcome(best, lo >= best_peak, best_peak < greedy_peak)
+
+
+def _capacity_search(
+    inst: Instance, bound: int, best: list[int], budget: Budget, params: SearchParams
+) -> tuple[list[int], int]:
+    """Probe capacities with the decision search: the best plan and the proven lower bound."""
     tables = build_tables(inst)
+    best_peak = peak_of(inst, best)
     lo = soft_lo = bound
     share = params.first_probe_share
     while soft_lo < best_peak and not budget.expired:
@@ -97,7 +119,7 @@ def plan_optimal(inst: Instance, bound: int, seconds: float, params: SearchParam
             lo = soft_lo = cap + 1
         else:
             soft_lo = cap + 1
-    return Outcome(best, lo >= best_peak, best_peak < greedy_peak)
+    return best, lo
 
 
 def _steps_left(budget: Budget, share: float) -> int | None:

@@ -293,8 +293,8 @@ def _state_inputs(program: ExportedProgram) -> dict[str, str]:
     return state
 
 
-def _last_read_step(graph: torch.fx.Graph, values: list[str]) -> int:
-    order = {node.name: i for i, node in enumerate(graph.nodes)}
+def _last_read_step(graph: torch.fx.Graph, order: Mapping[str, int], values: list[str]) -> int:
+    """The last step at which a node reads one of ``values`` (-1 if none does)."""
     nodes = [n for n in graph.nodes if n.name in values]
     steps = [order[user.name] for n in nodes for user in n.users if user.op != "output"]
     return max(steps, default=-1)
@@ -311,7 +311,7 @@ def _share_state(b: _Builder, program: ExportedProgram, state: dict[str, str]) -
             continue
         readers = [v.partition("[")[0] for v in b.members[target]]
         safe = (b.kinds.get(source) == "activation" and not b.graphs[source]
-                and _last_read_step(graph, readers) <= order[value.partition("[")[0]])
+                and _last_read_step(graph, order, readers) <= order[value.partition("[")[0]])
         if safe:
             b.merge(target, source)
         else:

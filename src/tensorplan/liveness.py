@@ -87,7 +87,7 @@ def _graph_lifetimes(graph: torch.fx.Graph, prefix: str, alias: AliasTable) -> G
     for storage, start in first.items():
         kind = alias.storages[storage].kind
         start = 0 if kind in ("input", "state") else start
-        end = steps if kind == "state" or last[storage] == steps - 1 else last[storage] + 1
+        end = steps if kind == "state" else last[storage] + 1
         lifetimes.append(Lifetime(storage, start, end))
     return GraphLifetimes(prefix, steps, tuple(lifetimes), _regions(graph, prefix))
 

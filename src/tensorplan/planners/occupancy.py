@@ -75,12 +75,19 @@ class OccupancyIndex:
         return nodes
 
     def add(self, lo: int, hi: int, start: int, end: int) -> None:
-        """Record offsets ``[lo, hi)`` as taken during sections ``[start, end)``."""
+        """Record offsets ``[lo, hi)`` as taken during sections ``[start, end)``.
+
+        ``part`` of a parent always covers ``part`` of its children, so the climb up a root
+        path stops at the first node that already covers ``[lo, hi)``.
+        """
         own, part = self._own, self._part
+        for leaf in (start + self._leaves, end - 1 + self._leaves):
+            node = leaf
+            while node and not _covers(part[node], lo, hi):
+                _add_to(part, node, lo, hi)
+                node >>= 1
         for node in self._tiles(start, end):
             _add_to(own, node, lo, hi)
-            _add_to(part, node, lo, hi)
-        for node in self._edge_paths(start, end):
             _add_to(part, node, lo, hi)
 
     def taken(self, start: int, end: int) -> list[list[int]]:
@@ -89,6 +96,18 @@ class OccupancyIndex:
         lists = [part[node] for node in self._tiles(start, end)]
         lists += [own[node] for node in self._edge_paths(start, end)]
         return [bounds for bounds in lists if bounds]
+
+
+def _covers(bounds: list[int] | None, lo: int, hi: int) -> bool:
+    """True when one range of the flat list ``bounds`` contains ``[lo, hi)``.
+
+    >>> _covers([0, 4, 6, 9], 6, 9), _covers([0, 4, 6, 9], 3, 7), _covers(None, 0, 1)
+    (True, False, False)
+    """
+    if bounds is None:
+        return False
+    i = bisect_right(bounds, lo)
+    return i % 2 == 1 and hi <= bounds[i]
 
 
 def _add_to(table: list[list[int] | None], node: int, lo: int, hi: int) -> None:
@@ -122,6 +141,5 @@ def best_fit(lists: list[list[int]], size: int) -> int:
     ends.sort()
     starts.append(0)  # pairs with the highest end: never a gap, the space above is open
     runs = list(map(sub, starts, ends))
-    ranked = sorted(runs)
-    k = bisect_left(ranked, size)
-    return ends[runs.index(ranked[k])] if k < len(ranked) else ends[-1]
+    fitting = min(filter(size.__le__, runs), default=None)
+    return ends[-1] if fitting is None else ends[runs.index(fitting)]

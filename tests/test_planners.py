@@ -261,3 +261,13 @@ def test_squeaky_wheel_repair_never_makes_a_plan_worse(buffers):
     assert bound <= peak_of(inst, repaired) <= peak_of(inst, offsets)
     sizes = list(inst.sizes)
     assert find_overlaps(sizes, list(inst.starts), list(inst.ends), repaired) == []
+
+
+def test_zero_time_limit_returns_the_greedy_plan():
+    placement = plan_buffers(GREEDY_MISSES, algorithm="optimal", time_limit=0)
+    assert (placement.peak, placement.optimal, placement.algorithm) == (6, False, "greedy")
+
+
+def test_negative_time_limit_is_rejected():
+    with pytest.raises(PlanError, match="time_limit must be >= 0"):
+        plan_buffers(STAIRS, algorithm="optimal", time_limit=-1)

@@ -53,6 +53,8 @@ class Executor:
         self.user_inputs = list(signature.user_inputs)
         call_spec = program.call_spec  # built anew on each access: read it once
         self.in_spec, self.out_spec = call_spec.in_spec, call_spec.out_spec
+        leaves = self.in_spec.num_leaves
+        self.positional = pytree.tree_flatten((tuple(range(leaves)), {}))[1] == self.in_spec
         _, shape_env = program_shape_env(program)
         self.ctx = RunContext(specs, alias, plan, Arena(plan.arena_bytes), _constants(program),
                               shape_env, ())
@@ -92,7 +94,10 @@ class Executor:
     @torch.no_grad()
     def run(self, args: tuple, kwargs: Mapping[str, Any], copy_outputs: bool = True) -> Any:
         """Run on user inputs; return the user outputs in the model's structure."""
-        flat = flatten_inputs(self.in_spec, args, kwargs)
+        if self.positional and not kwargs and len(args) == len(self.user_inputs):
+            flat = list(args)  # plain positional inputs: no pytree walk
+        else:
+            flat = flatten_inputs(self.in_spec, args, kwargs)
         bindings = bind_inputs(self.program, self.user_inputs, flat, self.ctx.specs,
                                self.input_shapes)
         frame = self.runner.frame(bindings)

@@ -77,18 +77,17 @@ class OccupancyIndex:
     def add(self, lo: int, hi: int, start: int, end: int) -> None:
         """Record offsets ``[lo, hi)`` as taken during sections ``[start, end)``.
 
-        ``part`` of a parent always covers ``part`` of its children, so the climb up a root
-        path stops at the first node that already covers ``[lo, hi)``.
+        Only the tiles and their ancestors need ``part`` (a node inside a tile is reached by a
+        query through the tile's ``own``). ``part`` of a parent always covers ``part`` of its
+        children, so each climb stops at the first node that already covers ``[lo, hi)``.
         """
         own, part = self._own, self._part
-        for leaf in (start + self._leaves, end - 1 + self._leaves):
-            node = leaf
+        for tile in self._tiles(start, end):
+            _add_to(own, tile, lo, hi)
+            node = tile
             while node and not _covers(part[node], lo, hi):
                 _add_to(part, node, lo, hi)
                 node >>= 1
-        for node in self._tiles(start, end):
-            _add_to(own, node, lo, hi)
-            _add_to(part, node, lo, hi)
 
     def taken(self, start: int, end: int) -> list[list[int]]:
         """Flat range lists whose union is every offset taken somewhere in ``[start, end)``."""
@@ -137,8 +136,9 @@ def best_fit(lists: list[list[int]], size: int) -> int:
     for flat in lists:
         starts += flat[0::2]
         ends += flat[1::2]
-    starts.sort()
-    ends.sort()
+    if len(lists) > 1:  # one flat list is sorted already
+        starts.sort()
+        ends.sort()
     starts.append(0)  # pairs with the highest end: never a gap, the space above is open
     runs = list(map(sub, starts, ends))
     fitting = min(filter(size.__le__, runs), default=None)

@@ -22,7 +22,7 @@ class Outcome:
     offsets: list[int]  # offset of each instance buffer, in alignment units
     proven: bool  # the search itself proved the peak minimal
     algorithm: str  # the planner that made the offsets
-    search_seconds: float = 0.0  # time spent searching beyond greedy
+    search_seconds: float = 0.0  # wall time of the optimal planner, greedy included (else 0)
 
 
 Planner = Callable[[Instance, int, float | None], Outcome]

@@ -79,7 +79,7 @@ class Placement:
     lower_bound: int  # largest total of aligned sizes live at one step; no plan beats it
     optimal: bool  # True only when proven: peak == lower_bound or the search was exhaustive
     algorithm: str  # the planner that produced the offsets: naive, greedy or optimal
-    search_seconds: float = 0.0  # time spent in the optimal search (0 when there was none)
+    search_seconds: float = 0.0  # wall time of the optimal planner, greedy included (else 0)
 
     @property
     def gap(self) -> float:

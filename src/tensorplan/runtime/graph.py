@@ -29,7 +29,7 @@ from ..plan import MemoryPlan
 from ..spec import SpecTable, TensorSpec
 from .arena import Arena
 from .args import Env, compile_args
-from .kernels import inplace_variant, out_variant
+from .kernels import NATIVE_INTO, inplace_variant, out_variant
 from .shapes import Bindings, SymbolicShape
 
 Step = Callable[[Env, Bindings], None]
@@ -195,9 +195,13 @@ class GraphRunner:
         if inplace is not None:
             return self._inplace(node, name, inplace)
         variant = out_variant(op)
-        if variant is None:
-            return self._fallback(node, name)
-        return self._out_call(node, name, variant)
+        if variant is not None and not variant.generated:
+            return self._out_call(node, name, variant)
+        if op in NATIVE_INTO:
+            return self._native_into(node, NATIVE_INTO[op])
+        if self._copy_then_inplace_applies(node, name):
+            return self._copy_then_inplace(node)
+        return self._fallback(node, name)
 
     def _view(self, node: torch.fx.Node, name: str) -> None:
         slot, build, op = self.slots[node], compile_args(node.args, node.kwargs, self.slots), \
@@ -246,6 +250,36 @@ class GraphRunner:
         def call(env: Env, b: Bindings) -> None:
             args, kwargs = build(env)
             twin(*args, **kwargs)
+        self.run_steps.append(call)
+
+    def _copy_then_inplace_applies(self, node: torch.fx.Node, name: str) -> bool:
+        """True when ``op(self, ...)`` can be computed as ``out.copy_(self); op_(out, ...)``: the
+        op has an in-place twin and its one output has the shape and dtype of ``self``."""
+        items = self.ctx.spec_items(name)
+        source = node.args[0] if node.args else None
+        base = self.ctx.specs.get(self.prefix + source.name) \
+            if isinstance(source, torch.fx.Node) else None
+        return (inplace_variant(node.target) is not None and len(items) == 1
+                and isinstance(base, TensorSpec) and isinstance(items[0], TensorSpec)
+                and base.sym_shape == items[0].sym_shape and base.dtype == items[0].dtype)
+
+    def _native_into(self, node: torch.fx.Node, kernel: Callable[..., None]) -> None:
+        slot, build = self.slots[node], compile_args(node.args, node.kwargs, self.slots)
+
+        def call(env: Env, b: Bindings) -> None:
+            args, kwargs = build(env)
+            kernel(env[slot], *args, **kwargs)
+        self.run_steps.append(call)
+
+    def _copy_then_inplace(self, node: torch.fx.Node) -> None:
+        slot, twin = self.slots[node], inplace_variant(node.target)
+        build = compile_args(node.args, node.kwargs, self.slots)
+
+        def call(env: Env, b: Bindings) -> None:
+            args, kwargs = build(env)
+            out = env[slot]
+            out.copy_(args[0])
+            twin(out, *args[1:], **kwargs)
         self.run_steps.append(call)
 
     def _out_call(self, node: torch.fx.Node, name: str, variant) -> None:

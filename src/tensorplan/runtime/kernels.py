@@ -4,12 +4,19 @@ An out-variant of a functional op takes the same arguments (same names *and* typ
 ``le.Scalar`` never picks ``le.Tensor_out``) plus one ``Tensor(x!)`` out argument per return. The
 tensor-options arguments of factory ops (``dtype``, ``layout``, ``device``, ``pin_memory``) may be
 missing from it: the out tensor carries them.
+
+Some out-variants are *generated* by ATen (``autogen:`` in ``native_functions.yaml``, which ships
+with torch in ``torchgen``): they run the functional op and copy, so they allocate. They are
+marked, so the runtime can avoid them.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -23,6 +30,7 @@ class OutVariant:
     op: torch._ops.OpOverload       # the out overload
     out_names: tuple[str, ...]       # keyword names of its out arguments, one per return
     dropped: tuple[str, ...]         # functional arguments it does not take (tensor options)
+    generated: bool = False          # ATen generated it: functional op + copy (it allocates)
 
 
 def _signature(arguments) -> list[tuple[str, str]]:
@@ -41,7 +49,66 @@ def _matches(functional: torch._ops.OpOverload,
                     if name in _TENSOR_OPTIONS and name not in {n for n, _ in inputs})
     if [w for w in wanted if w[0] not in dropped] != inputs:
         return None
-    return OutVariant(candidate, tuple(a.name for a in outs), dropped)
+    qualified = f"{candidate._schema.name.partition('::')[2]}.{candidate._schema.overload_name}"
+    return OutVariant(candidate, tuple(a.name for a in outs), dropped,
+                      qualified in generated_out_variants())
+
+
+def _copy_of_self(out: torch.Tensor, self: torch.Tensor, *args, **kwargs) -> None:
+    out.copy_(self)
+
+
+def _fill_with_value(out: torch.Tensor, self: torch.Tensor, fill_value, *args, **kwargs) -> None:
+    out.fill_(fill_value)
+
+
+def _fill_with_scalar(out: torch.Tensor, value, *args, **kwargs) -> None:
+    out.fill_(value)
+
+
+def _embedding_rows(out: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
+                    *args, **kwargs) -> None:
+    rows = out.view(-1, weight.shape[1])  # out is dense in its planned (row-major) layout
+    torch.index_select(weight, 0, indices.reshape(-1), out=rows)
+
+
+_ATEN = torch.ops.aten
+# Native kernels for the commonest ops whose ATen out-variant is generated (and so allocates):
+# op -> kernel(out, *args, **kwargs) writing the op's result into ``out``, which already has the
+# planned shape, dtype and layout (so ``clone``'s memory_format and ``_to_copy``'s dtype are
+# carried by ``out``).
+NATIVE_INTO: dict[torch._ops.OpOverload, Callable[..., None]] = {
+    _ATEN.clone.default: _copy_of_self,
+    _ATEN._to_copy.default: _copy_of_self,
+    _ATEN.full_like.default: _fill_with_value,
+    _ATEN.scalar_tensor.default: _fill_with_scalar,
+    _ATEN.embedding.default: _embedding_rows,
+}
+
+
+_AUTOGEN = re.compile(r"^\s+autogen:\s*(.+)$", re.MULTILINE)
+
+
+@functools.cache
+def generated_out_variants() -> frozenset[str]:
+    """Names (``op.overload``) of the out-variants ATen generates from functional ops.
+
+    Read from the ``native_functions.yaml`` packaged with torch's ``torchgen``; empty when that
+    file is absent (then every out-variant is taken as native).
+
+    >>> "clone.out" in generated_out_variants(), "addmm.out" in generated_out_variants()
+    (True, False)
+    """
+    try:
+        import torchgen
+    except ImportError:
+        return frozenset()
+    path = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / \
+        "native_functions.yaml"
+    if not path.is_file():
+        return frozenset()
+    text = path.read_text(encoding="utf-8")
+    return frozenset(name.strip() for line in _AUTOGEN.findall(text) for name in line.split(","))
 
 
 @functools.cache

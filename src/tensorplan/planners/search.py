@@ -84,7 +84,7 @@ class _Search:
         """True when every partition of the whole instance fits."""
         everyone = tuple(range(len(self.t.sizes)))
         cuts = [s + 1 for s, count in enumerate(self.crossing) if count == 0]
-        return all(self._solve(part) for part in self._split(everyone, 0, len(self.left), cuts))
+        return self._solve_all(self._split(everyone, 0, len(self.left), cuts))
 
     def _split(
         self, buffers: tuple[int, ...], lo: int, hi: int, cuts: list[int]
@@ -111,6 +111,14 @@ class _Search:
 
     def _solve(self, part: Partition) -> bool:
         return self._dfs(part, self._rank(part), 0, -1)
+
+    def _solve_all(self, parts: list[Partition]) -> bool:
+        """Solve independent partitions one after the other (a plain loop, not ``all()`` over a
+        generator: the search recurses once per buffer and must stay on Python frames)."""
+        for part in parts:
+            if not self._solve(part):
+                return False
+        return True
 
     def _dfs(self, part: Partition, rank: dict[int, int], min_offset: int, min_rank: int) -> bool:
         """Place the partition's remaining buffers; True (with ``solution`` set) if they fit."""
@@ -206,7 +214,7 @@ class _Search:
             if not cuts:
                 return self._dfs(part, rank, x, rank[b])
             parts = self._split(part.buffers, part.lo, part.hi, cuts)
-            return all(self._solve(sub) for sub in parts)
+            return self._solve_all(parts)
         finally:
             for s in range(t.starts[b], t.ends[b] - 1):
                 crossing[s] += 1

@@ -3,6 +3,7 @@
     python benchmarks/bench_dsa.py                       # greedy and optimal, 30 s per instance
     python benchmarks/bench_dsa.py --algorithms greedy --out results.md
     python benchmarks/bench_dsa.py --only challenging --time-limit 10
+    python benchmarks/bench_dsa.py --only none --synthetic 10000 --algorithms greedy
 
 Columns: instance, buffers, algorithm, lower bound, peak, gap to the bound, whether the plan is
 proven optimal, wall-clock seconds, and for instances that carry a reference plan (IREE's
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tensorplan.dsa import DsaInstance, load_instance
-from tensorplan.planners import plan_buffers
+from tensorplan.planners import Buffer, plan_buffers
 
 HEADER = (
     "| instance | buffers | algorithm | lower bound | peak | gap | optimal | seconds "
@@ -59,22 +62,45 @@ def reference_peak(instance: DsaInstance) -> int | None:
     return max((o + s for o, s in zip(offsets, sizes, strict=True)), default=0)
 
 
-def bench(path: Path, algorithm: str, time_limit: float) -> Row:
+def synthetic(n: int, seed: int = 0) -> list[Buffer]:
+    """``n`` seeded random buffers: sizes up to 1 MiB, lifetimes up to 200 steps in 0..n/2."""
+    rng = random.Random(seed)
+    buffers = []
+    for _ in range(n):
+        start = rng.randrange(max(n // 2, 1))
+        buffers.append(Buffer(rng.randint(1, 1 << 20), start, start + rng.randint(1, 200)))
+    return buffers
+
+
+def bench(
+    name: str, buffers: list[Buffer], algorithm: str, time_limit: float, reference: int | None
+) -> Row:
     """Plan one instance with one algorithm and time it."""
-    instance = load_instance(path)
     started = time.perf_counter()
-    placement = plan_buffers(instance.problem.buffers, algorithm=algorithm, time_limit=time_limit)
+    placement = plan_buffers(buffers, algorithm=algorithm, time_limit=time_limit)
     seconds = time.perf_counter() - started
     return Row(
-        path.stem,
-        len(instance.problem.buffers),
+        name,
+        len(buffers),
         algorithm,
         placement.lower_bound,
         placement.peak,
         placement.optimal,
         seconds,
-        reference_peak(instance),
+        reference,
     )
+
+
+def instances(
+    folder: Path, only: str, synthetic_sizes: list[int]
+) -> Iterator[tuple[str, list[Buffer], int | None]]:
+    """(name, buffers, reference peak) of the selected files, then of the synthetic sets."""
+    for path in sorted(folder.glob("*.csv")):
+        if only in path.stem:
+            instance = load_instance(path)
+            yield path.stem, list(instance.problem.buffers), reference_peak(instance)
+    for n in synthetic_sizes:
+        yield f"random_{n}", synthetic(n), None
 
 
 def default_dir() -> Path:
@@ -90,14 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per search")
     parser.add_argument("--only", default="", help="plan only files whose name contains this")
     parser.add_argument("--out", type=Path, default=None, help="write the table here too")
+    parser.add_argument(
+        "--synthetic",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="also plan N seeded random buffers (repeatable)",
+    )
     args = parser.parse_args(argv)
     lines = [HEADER]
     print(HEADER, flush=True)
-    for path in sorted(args.dir.glob("*.csv")):
-        if args.only not in path.stem:
-            continue
+    for name, buffers, reference in instances(args.dir, args.only, args.synthetic):
         for algorithm in args.algorithms.split(","):
-            line = bench(path, algorithm, args.time_limit).markdown()
+            line = bench(name, buffers, algorithm, args.time_limit, reference).markdown()
             lines.append(line)
             print(line, flush=True)
     if args.out:

@@ -74,6 +74,8 @@ class _Search:
         self.offset = [-1] * n  # offset of each placed buffer, -1 while unplaced
         self.solution = [0] * n  # the offsets of the latest complete plan
         self.left = list(t.loads)  # unplaced size per section
+        # per section, a buffer that recently had the lowest floor there (a hint, never undone)
+        self.witness = [members[0] if members else 0 for members in t.members]
         self.crossing = [0] * max(sections - 1, 0)  # unplaced buffers over each boundary
         self.members_per_section = sum(map(len, t.members)) // max(sections, 1)
         for start, end in zip(t.starts, t.ends, strict=True):
@@ -176,10 +178,18 @@ class _Search:
         self.offset[b] = -1
         self.open[b] = self.floor[b]
 
-    def _lowest(self, s: int) -> int:
-        """Lowest floor of the unplaced buffers live in section ``s`` (0 when there are none)."""
-        lowest = min(map(self.open.__getitem__, self.t.members[s]))
-        return 0 if lowest == UNPLACED_NONE else lowest
+    def _fits(self, s: int, room: int) -> bool:
+        """Some unplaced buffer live in section ``s`` has its floor at or below ``room``.
+
+        The buffer that answered last time is asked first; only if it no longer qualifies is
+        the section scanned for the buffer with the lowest floor.
+        """
+        opened = self.open
+        if opened[self.witness[s]] <= room:
+            return True
+        lowest = min(self.t.members[s], key=opened.__getitem__)
+        self.witness[s] = lowest
+        return opened[lowest] <= room
 
     def _sections_ok(self, x: int, b: int, raised: list[tuple[int, int]]) -> bool:
         """The sections next to ``b`` can still hold their unplaced buffers.
@@ -200,7 +210,7 @@ class _Search:
                 tight.update(compress(range(lo, hi), map(room.__lt__, left[lo:hi])))
         if not self.budget.spend(1 + len(tight) * self.members_per_section // STEP_MEMBERS):
             raise _OutOfTime
-        return all(self._lowest(s) + left[s] <= cap for s in tight)
+        return all(self._fits(s, cap - left[s]) for s in tight)
 
     def _continue(self, part: Partition, rank: dict[int, int], b: int, x: int) -> bool:
         """Search on after placing ``b``; split the partition where ``b`` was the last bridge."""

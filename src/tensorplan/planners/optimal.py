@@ -33,7 +33,7 @@ class SearchParams:
     auto_seconds: float = 1.0  # budget of algorithm="auto" for its first 1,000 buffers ...
     auto_seconds_per_1000: float = 0.5  # ... plus this much per further 1,000 buffers
     auto_max_seconds: float = 5.0  # ... and never more than this
-    steps_per_second: int = 50_000  # search steps one second of budget buys (repeatable runs)
+    steps_per_second: int = 60_000  # search steps one second of budget buys (repeatable runs)
     repair_share: float = 0.1  # share of the budget for squeaky-wheel repair before the search
     repair_min_buffers: int = 1_000  # smaller instances skip the repair (the search does better)
     first_probe_share: float = 0.5  # share of the rest for the probe at the lower bound

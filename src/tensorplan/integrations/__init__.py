@@ -1,0 +1,1 @@
+"""Bridges from tensorplan to other toolchains (each one an optional extra)."""

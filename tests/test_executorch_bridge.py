@@ -134,10 +134,15 @@ def test_executorch_verifier_accepts_bridge_plan(name: str) -> None:
     assert _verify(_lowered(name, True)) > 0
 
 
+def _planned_specs(graph_module: torch.fx.GraphModule) -> list[TensorSpec]:
+    """The non-constant tensor specs of the graph's nodes that have an offset."""
+    specs = [node.meta.get("spec") for node in graph_module.graph.nodes]
+    return [spec for spec in specs if isinstance(spec, TensorSpec) and not spec.const
+            and spec.mem_offset is not None]
+
+
 def test_bridge_puts_every_planned_tensor_in_greedys_arena() -> None:
-    exported = _lowered("mlp", True).exported_program()
-    specs = [node.meta["spec"] for node in exported.graph_module.graph.nodes
-             if isinstance(node.meta.get("spec"), TensorSpec) and not node.meta["spec"].const]
+    specs = _planned_specs(_lowered("mlp", True).exported_program().graph_module)
     assert specs and {spec.mem_id for spec in specs} == {1}
     assert all(spec.mem_offset % 16 == 0 for spec in specs)
 
@@ -149,6 +154,14 @@ def test_cond_subgraphs_are_planned_and_run(sign: float) -> None:
     greedy, bridge = _lower(model, (x, y), False), _lower(model, (x, y), True)
     torch.testing.assert_close(_execute(bridge, (x, y))[0], model(x, y))
     _verify(bridge)  # raises when two live tensors share bytes
+    top = bridge.exported_program().graph_module
+    branches = [m for m in top.children() if isinstance(m, torch.fx.GraphModule)]
+    assert len(branches) == 2
+    for branch in branches:
+        Verifier(branch, False, True, True).verify_storage_reuse()
+    reserved = max(branch.meta["non_const_buffer_sizes"][1] for branch in branches)
+    top_offsets = [spec.mem_offset for spec in _planned_specs(top)]
+    assert reserved > 0 and min(top_offsets) >= reserved  # branches plan below the top level
     assert _arena(bridge) <= _arena(greedy)
 
 

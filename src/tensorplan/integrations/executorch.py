@@ -74,9 +74,11 @@ def tensorplan_algo(
     """Plan one graph's specs; same call and result as ExecuTorch's ``greedy``.
 
     Usable on its own in ``MemoryPlanningAlgorithmSuite(algo_list=[...])``, e.g. next to
-    ExecuTorch's greedy to keep the smaller plan. Does not write the specs' ``mem_offset``:
-    the suite does that from the returned ``spec_dict``. ``graph_signature`` is unused (the
-    pass has already left out what must not be planned).
+    ExecuTorch's greedy to keep the smaller plan. Like greedy it sets each spec's alignment
+    (``spec.realign``) and leaves ``mem_id``/``mem_offset``/``mem_obj_id`` to the suite, which
+    writes them from the returned ``spec_dict``. ``graph_signature`` is unused (the pass has
+    already left out what must not be planned). Raises ``PlanError`` for a spec without a
+    lifetime or a storage-backed spec whose base is not planned or that does not fit in it.
     """
     planning = _memory_planning_module()
     specs = list(specs)
@@ -187,9 +189,11 @@ def _shared_object_ids(
 
     Specs whose bytes overlap get the same id, which is what ExecuTorch's verifier checks.
     """
-    ranges = sorted((mem_id, offset, offset + spec.allocated_memory, index)
-                    for index, spec in enumerate(specs)
-                    for mem_id, offset in [slots[spec]])
+    ranges = []
+    for index, spec in enumerate(specs):
+        mem_id, offset = slots[spec]
+        ranges.append((mem_id, offset, offset + spec.allocated_memory, index))
+    ranges.sort()
     ids: dict[TensorSpec, int] = {}
     current, arena, reach = -1, None, 0
     for mem_id, start, end, index in ranges:

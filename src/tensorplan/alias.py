@@ -183,7 +183,7 @@ class _Analysis:
             return self._getitem(node, name)
         if isinstance(node.target, torch._ops.OpOverload):
             return self._op(node, name)
-        if node.target in _SUBGRAPH_INPUTS:
+        if node.target in SUBGRAPH_STORAGES:
             return self._control_flow(node, name)
         return self._fresh_outputs(name)
 
@@ -239,7 +239,7 @@ class _Analysis:
     def _control_flow(self, node: torch.fx.Node, name: str) -> StorageRef:
         outputs = self._fresh_outputs(name)
         args = [self._ref_tree(a) for a in node.args]
-        for position, inputs in _SUBGRAPH_INPUTS[node.target](args, outputs):
+        for position, inputs in SUBGRAPH_STORAGES[node.target](args, outputs):
             graph_node = node.args[position]
             submodule = getattr(self.module, graph_node.target)
             prefix = f"{self.prefix}{graph_node.target}/"
@@ -276,7 +276,7 @@ def _scan(args, outputs):
 
 # For each control-flow operator: which argument positions hold subgraphs, and the storages their
 # inputs live in (parent operands, or the node's own outputs for loop-carried values).
-_SUBGRAPH_INPUTS = {
+SUBGRAPH_STORAGES = {
     torch.ops.higher_order.cond: _cond,
     torch.ops.higher_order.while_loop: _while,
     torch.ops.higher_order.map_impl: _map,

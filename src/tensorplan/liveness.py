@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 
-from .alias import _SUBGRAPH_INPUTS, AliasTable
+from .alias import SUBGRAPH_STORAGES, AliasTable
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def _graphs(module: torch.fx.GraphModule, prefix: str) -> Iterator[tuple[str, to
                                                                           torch.fx.GraphModule]]:
     yield prefix, module.graph, module
     for node in module.graph.nodes:
-        if node.op == "call_function" and node.target in _SUBGRAPH_INPUTS:
+        if node.op == "call_function" and node.target in SUBGRAPH_STORAGES:
             for arg in node.args:
                 if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
                     yield from _graphs(getattr(module, arg.target), f"{prefix}{arg.target}/")
@@ -63,7 +63,7 @@ def _graphs(module: torch.fx.GraphModule, prefix: str) -> Iterator[tuple[str, to
 def _regions(graph: torch.fx.Graph, prefix: str) -> tuple[RegionUse, ...]:
     regions = []
     for step, node in enumerate(graph.nodes):
-        if node.op == "call_function" and node.target in _SUBGRAPH_INPUTS:
+        if node.op == "call_function" and node.target in SUBGRAPH_STORAGES:
             subgraphs = tuple(f"{prefix}{a.target}/" for a in node.args
                               if isinstance(a, torch.fx.Node) and a.op == "get_attr")
             regions.append(RegionUse(prefix + node.name, step, subgraphs))

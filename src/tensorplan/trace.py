@@ -19,6 +19,7 @@ from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, rebind_unbacked
 
 from .errors import CaptureError, UnsupportedOpError
+from .spec import TensorSpec
 
 _HOP = torch.ops.higher_order
 
@@ -34,8 +35,6 @@ class TracedValue:
 
 def carried_spec(node: torch.fx.Node) -> Any:
     """The spec an opaque node (a lowered or delegate call) already carries, or None."""
-    from .spec import TensorSpec
-
     spec = node.meta.get("spec")
     is_opaque = node.op == "call_module" or (
         node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload)

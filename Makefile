@@ -9,11 +9,12 @@ STAMP := $(VENV)/.installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# torch is pinned to the local CPU build first, so nothing pulls a CUDA wheel.
+# torch is pinned to the local CPU build first, so nothing pulls a CUDA wheel. executorch is the
+# reference the benchmarks and the bridge tests compare against (never a core dependency).
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,models,plot]" torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev,models,plot,executorch]" torch==2.13.0
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,7 +27,6 @@ test-quick: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not slow" --doctest-modules src tests
 
 bench: $(STAMP)
-	$(PY) -m pip install -q "executorch==1.5.1" torch==2.13.0
 	$(PY) benchmarks/run_all.py --out benchmarks/RESULTS.md
 
 lint: $(STAMP)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
+from operator import sub
 
 from tensorplan.planners.instance import Instance, section_loads
-from tensorplan.planners.occupancy import OccupancyIndex, best_fit
+from tensorplan.planners.occupancy import OccupancyIndex
 
 
 def _by_size(inst: Instance, i: int, peak_load: list[int]) -> tuple[int, ...]:
@@ -71,15 +72,16 @@ def placement_steps(
     >>> list(placement_steps(inst, [0, 1, 2], offsets)), offsets
     ([(6, True)], [0, 4, 4])
     """
-    index = OccupancyIndex(inst.sections)
+    starts, ends, sizes = inst.starts, inst.ends, inst.sizes
+    longest = max(map(sub, ends, starts), default=1)
+    place = OccupancyIndex(inst.sections, longest).place
     peak = 0
     for count, i in enumerate(order, 1):
-        start, end, size = inst.starts[i], inst.ends[i], inst.sizes[i]
-        taken = index.taken(start, end)
-        offset = best_fit(taken, size) if taken else 0
+        size = sizes[i]
+        offset = place(starts[i], ends[i], size)
         offsets[i] = offset
-        peak = max(peak, offset + size)
-        index.add(offset, offset + size, start, end)
+        if offset + size > peak:
+            peak = offset + size
         if count % CHUNK == 0 and count < len(order):
             yield peak, False
     yield peak, True

@@ -36,11 +36,15 @@ def add_range(bounds: list[int], lo: int, hi: int) -> None:
 class OccupancyIndex:
     """Taken offset ranges of placed rectangles, queried by a window of sections."""
 
-    def __init__(self, sections: int) -> None:
+    def __init__(self, sections: int, longest: int | None = None) -> None:
+        """An empty index over ``sections``; ``place`` windows span at most ``longest`` sections."""
         leaves = 1
         while leaves < sections:
             leaves *= 2
         self._leaves = leaves
+        # a tile of a window of at most `longest` leaves sits no higher: `place` keeps no `part`
+        # above that level (nodes numbered below `_floor`), as no query ever reads it there
+        self._floor = leaves >> (max(1, min(longest or leaves, leaves)).bit_length() - 1)
         # per tree node, made on first use: most nodes of a big tree stay empty
         self._own: list[list[int] | None] = [None] * (2 * leaves)
         self._part: list[list[int] | None] = [None] * (2 * leaves)
@@ -89,6 +93,33 @@ class OccupancyIndex:
                 _add_to(part, node, lo, hi)
                 node >>= 1
 
+    def place(self, start: int, end: int, size: int) -> int:
+        """Best-fit ``size`` units during sections ``[start, end)``, record them, return the offset.
+
+        The same as ``best_fit(self.taken(start, end), size)`` followed by ``add``, with the tile
+        walk shared and the range merges inlined: this loop is the whole cost of a greedy pass.
+        ``end - start`` must not exceed the ``longest`` the index was made with.
+        """
+        own, part, leaves = self._own, self._part, self._leaves
+        tiles, lists = [], []
+        lo, hi = start + leaves, end + leaves
+        while lo < hi:
+            if lo & 1:
+                tiles.append(lo)
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                tiles.append(hi)
+            lo >>= 1
+            hi >>= 1
+        for tile in tiles:
+            if part[tile]:
+                lists.append(part[tile])
+        lists += _path_lists(own, start + leaves, end + leaves, self._floor)
+        offset = best_fit(lists, size) if lists else 0
+        _insert(own, part, tiles, offset, offset + size, self._floor)
+        return offset
+
     def taken(self, start: int, end: int) -> list[list[int]]:
         """Flat range lists whose union is every offset taken somewhere in ``[start, end)``."""
         part, own = self._part, self._own
@@ -132,14 +163,114 @@ def best_fit(lists: list[list[int]], size: int) -> int:
     >>> best_fit([[0, 4]], 5)
     4
     """
-    starts, ends = [], [0]  # the leading 0 end: the run below the lowest range
-    for flat in lists:
-        starts += flat[0::2]
-        ends += flat[1::2]
-    if len(lists) > 1:  # one flat list is sorted already
+    if len(lists) == 1:  # one flat list is sorted already
+        flat = lists[0]
+    else:
+        flat = []
+        for bounds in lists:
+            flat += bounds
+    starts = flat[0::2]
+    ends = [0]  # the leading 0 end: the run below the lowest range
+    ends += flat[1::2]
+    if len(lists) > 1:
         starts.sort()
         ends.sort()
     starts.append(0)  # pairs with the highest end: never a gap, the space above is open
     runs = list(map(sub, starts, ends))
     fitting = min(filter(size.__le__, runs), default=None)
     return ends[-1] if fitting is None else ends[runs.index(fitting)]
+
+
+def _path_lists(
+    own: list[list[int] | None], first: int, stop: int, floor: int
+) -> list[list[int]]:
+    """Non-empty ``own`` lists of the nodes that stick out of the leaf window ``[first, stop)``.
+
+    Those are the strict ancestors of the window's tiles: the ancestors of leaf ``first`` above
+    its lowest set bit (they also hold leaves before it) and those of leaf ``stop - 1`` above the
+    lowest set bit of ``stop`` (they also hold ``stop``). A node inside the window needs no look:
+    its ``own`` ranges are in the ``part`` of the tile it lies under. Nodes numbered below
+    ``floor`` sit above every tile, so their ``own`` is empty.
+    """
+    found = []
+    left = first >> (first & -first).bit_length()
+    right = (stop - 1) >> (stop & -stop).bit_length()
+    while left != right:  # a deeper node has the larger number; the two paths meet
+        if left > right:
+            if left < floor:
+                return found
+            if own[left]:
+                found.append(own[left])
+            left >>= 1
+        else:
+            if right < floor:
+                return found
+            if own[right]:
+                found.append(own[right])
+            right >>= 1
+    while left >= floor:
+        if own[left]:
+            found.append(own[left])
+        left >>= 1
+    return found
+
+
+def _insert(
+    own: list[list[int] | None],
+    part: list[list[int] | None],
+    tiles: list[int],
+    lo: int,
+    hi: int,
+    floor: int,
+) -> None:
+    """``OccupancyIndex.add`` over precomputed ``tiles``, with ``add_range`` inlined.
+
+    ``part`` climbs stop below node ``floor``: no tile of a query sits higher.
+    """
+    for tile in tiles:
+        bounds = own[tile]
+        if bounds is None:
+            own[tile] = [lo, hi]
+        else:
+            _merge(bounds, lo, hi)
+        node = tile
+        while node >= floor:
+            bounds = part[node]
+            if bounds is None:
+                part[node] = [lo, hi]
+            else:
+                k = bisect_right(bounds, lo)
+                if k & 1 and hi <= bounds[k]:
+                    break  # one range already holds [lo, hi): so do all ancestors
+                i = bisect_left(bounds, lo, 0, k)
+                j = bisect_right(bounds, hi, k)
+                if i & 1:
+                    if j & 1:
+                        del bounds[i:j]
+                    else:
+                        bounds[i:j] = (hi,)
+                elif j & 1:
+                    bounds[i:j] = (lo,)
+                else:
+                    bounds[i:j] = (lo, hi)
+            node >>= 1
+
+
+def _merge(bounds: list[int], lo: int, hi: int) -> None:
+    """``add_range`` without building temporary lists.
+
+    >>> b = [0, 4, 10, 12]
+    >>> _merge(b, 4, 6); _merge(b, 7, 10); _merge(b, 13, 14); b
+    [0, 6, 7, 12, 13, 14]
+    """
+    i = bisect_left(bounds, lo)
+    j = bisect_right(bounds, hi)
+    if i & 1:
+        if j & 1:
+            del bounds[i:j]
+        else:
+            bounds[i:j] = (hi,)
+    elif j & 1:
+        bounds[i:j] = (lo,)
+    else:
+        bounds[i:j] = (lo, hi)

@@ -101,20 +101,8 @@ class OccupancyIndex:
         ``end - start`` must not exceed the ``longest`` the index was made with.
         """
         own, part, leaves = self._own, self._part, self._leaves
-        tiles, lists = [], []
-        lo, hi = start + leaves, end + leaves
-        while lo < hi:
-            if lo & 1:
-                tiles.append(lo)
-                lo += 1
-            if hi & 1:
-                hi -= 1
-                tiles.append(hi)
-            lo >>= 1
-            hi >>= 1
-        for tile in tiles:
-            if part[tile]:
-                lists.append(part[tile])
+        tiles = self._tiles(start, end)
+        lists = [part[tile] for tile in tiles if part[tile]]
         lists += _path_lists(own, start + leaves, end + leaves, self._floor)
         offset = best_fit(lists, size) if lists else 0
         _insert(own, part, tiles, offset, offset + size, self._floor)

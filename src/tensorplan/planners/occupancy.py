@@ -28,9 +28,21 @@ def add_range(bounds: list[int], lo: int, hi: int) -> None:
     >>> add_range(b, 7, 10); b
     [0, 6, 7, 12]
     """
-    i = bisect_left(bounds, lo)
-    j = bisect_right(bounds, hi)
-    bounds[i:j] = ([] if i % 2 else [lo]) + ([] if j % 2 else [hi])
+    _splice(bounds, lo, hi, bisect_left(bounds, lo), bisect_right(bounds, hi))
+
+
+def _splice(bounds: list[int], lo: int, hi: int, i: int, j: int) -> None:
+    """Replace boundaries ``bounds[i:j]`` (those within ``[lo, hi]``) by the merged range's ends;
+    an end that falls inside an existing range (an odd position) is not a boundary."""
+    if i & 1:
+        if j & 1:
+            del bounds[i:j]
+        else:
+            bounds[i:j] = (hi,)
+    elif j & 1:
+        bounds[i:j] = (lo,)
+    else:
+        bounds[i:j] = (lo, hi)
 
 
 class OccupancyIndex:
@@ -211,7 +223,7 @@ def _insert(
     hi: int,
     floor: int,
 ) -> None:
-    """``OccupancyIndex.add`` over precomputed ``tiles``, with ``add_range`` inlined.
+    """``OccupancyIndex.add`` over precomputed ``tiles``, with the ancestors' merge stopping early.
 
     ``part`` climbs stop below node ``floor``: no tile of a query sits higher.
     """
@@ -220,7 +232,7 @@ def _insert(
         if bounds is None:
             own[tile] = [lo, hi]
         else:
-            _merge(bounds, lo, hi)
+            add_range(bounds, lo, hi)
         node = tile
         while node >= floor:
             bounds = part[node]
@@ -230,35 +242,6 @@ def _insert(
                 k = bisect_right(bounds, lo)
                 if k & 1 and hi <= bounds[k]:
                     break  # one range already holds [lo, hi): so do all ancestors
-                i = bisect_left(bounds, lo, 0, k)
-                j = bisect_right(bounds, hi, k)
-                if i & 1:
-                    if j & 1:
-                        del bounds[i:j]
-                    else:
-                        bounds[i:j] = (hi,)
-                elif j & 1:
-                    bounds[i:j] = (lo,)
-                else:
-                    bounds[i:j] = (lo, hi)
+                _splice(bounds, lo, hi, bisect_left(bounds, lo, 0, k),
+                        bisect_right(bounds, hi, k))
             node >>= 1
-
-
-def _merge(bounds: list[int], lo: int, hi: int) -> None:
-    """``add_range`` without building temporary lists.
-
-    >>> b = [0, 4, 10, 12]
-    >>> _merge(b, 4, 6); _merge(b, 7, 10); _merge(b, 13, 14); b
-    [0, 6, 7, 12, 13, 14]
-    """
-    i = bisect_left(bounds, lo)
-    j = bisect_right(bounds, hi)
-    if i & 1:
-        if j & 1:
-            del bounds[i:j]
-        else:
-            bounds[i:j] = (hi,)
-    elif j & 1:
-        bounds[i:j] = (lo,)
-    else:
-        bounds[i:j] = (lo, hi)

@@ -14,18 +14,15 @@ buffer). It prints a markdown table, and writes it to ``--out`` when given.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.util
-import io
 import logging
 import os
 import sys
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from common import emit, executorch_installed, lower_to_executorch, one_line, quiet
 
 import tensorplan as tp
 from tensorplan import zoo
@@ -46,48 +43,19 @@ class Row:
     executorch: int | str | None  # ExecuTorch arena bytes, its failure reason, or None
 
 
-def executorch_installed() -> bool:
-    """True when the ``executorch`` package can be imported."""
-    return importlib.util.find_spec("executorch") is not None
-
-
-def one_line(error: BaseException) -> str:
-    """``Type: first line of the message``, shortened and safe for a markdown cell."""
-    lines = str(error).strip().splitlines()
-    text = f"{type(error).__name__}: {lines[0] if lines else ''}".replace("|", "/")
-    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
-
-
 def executorch_arena(example: Example) -> int | str:
-    """Bytes of ExecuTorch's planned arena for ``example`` (default config), or why it failed.
-
-    Lowering runs under ``torch.no_grad()``: ExecuTorch's passes execute in-place ops on the
-    module's parameters, which autograd rejects for leaves that require grad.
-    """
-    from executorch.exir import to_edge
-
+    """Bytes of ExecuTorch's planned arena for ``example`` (default config), or why it failed."""
     try:
-        program = torch.export.export(example.model, example.args, example.kwargs,
-                                      dynamic_shapes=example.dynamic_shapes, strict=False)
-        with torch.no_grad(), _quiet():
-            lowered = to_edge(program).to_executorch()
+        lowered = lower_to_executorch(example)
     except Exception as error:  # any failure becomes the table cell, not a crash
-        return one_line(error)
+        return one_line(error, REASON_CHARS)
     sizes = lowered.executorch_program.execution_plan[0].non_const_buffer_sizes
     return sum(sizes[1:])
 
 
-@contextlib.contextmanager
-def _quiet():
-    """Silence the warnings and log lines that lowering prints."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        yield
-
-
 def warm_up() -> None:
     """Compile a one-layer model once, so the first timed model does not pay import costs."""
-    with _quiet():
+    with quiet():
         tp.compile(torch.nn.Linear(2, 2), (torch.randn(1, 2),))
 
 
@@ -95,7 +63,7 @@ def measure(name: str, with_executorch: bool) -> Row:
     """Compile zoo model ``name`` with tensorplan (and ExecuTorch when asked) and measure it."""
     example = zoo.example(name)
     start = time.perf_counter()
-    with _quiet():
+    with quiet():
         program = tp.compile(example.model, example.args, example.kwargs,
                              dynamic_shapes=example.dynamic_shapes)
     seconds = time.perf_counter() - start
@@ -147,11 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with_executorch = executorch_installed()
     warm_up()
     rows = [measure(name, with_executorch) for name in names]
-    text = table(rows, with_executorch)
-    sys.stdout.write(text)
-    if options.out:
-        with open(options.out, "w", encoding="utf-8") as handle:
-            handle.write(text)
+    emit(table(rows, with_executorch), options.out)
     return 0
 
 

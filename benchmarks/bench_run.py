@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
-import io
 import json
 import logging
 import os
@@ -36,12 +34,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from common import emit, executorch_installed, lower_to_executorch, one_line, quiet
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
@@ -95,33 +93,11 @@ class Coverage:
 
 
 # --- small helpers ---------------------------------------------------------------------------
-def one_line(error: BaseException | str) -> str:
-    """A failure as one short line that is safe in a markdown cell."""
-    if isinstance(error, BaseException):
-        lines = str(error).strip().splitlines()
-        error = f"{type(error).__name__}: {lines[0] if lines else ''}"
-    text = error.replace("|", "/")
-    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Silence the warnings and prints of export and lowering."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        yield
-
-
 def resident_bytes() -> int:
     """The current resident set size of this process, from ``/proc/self/statm``."""
     with open("/proc/self/statm", encoding="ascii") as handle:
         pages = int(handle.read().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE")
-
-
-def executorch_installed() -> bool:
-    """True when the ``executorch`` package can be imported."""
-    return importlib.util.find_spec("executorch") is not None
 
 
 # --- inputs ----------------------------------------------------------------------------------
@@ -180,8 +156,8 @@ def allocations(program: tp.Program, args: tuple, kwargs: dict) -> dict[str, int
     """Bytes allocated outside the arena during one ``run(copy_outputs=False)``, by the
     top-level op whose call allocated them.
 
-    An out-variant that ATen only generates (``autogen``: compute functionally, then copy into
-    ``out``) allocates its result like the functional op, which ``Program.stats`` does not see.
+    This is a check on ``Program.stats`` from outside: every op that allocates here should be a
+    counted fallback (an op with no native out-variant) or a data-dependent op.
     """
     program.run(*args, copy_outputs=False, **kwargs)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
@@ -229,14 +205,9 @@ def executorch_program(example: Example) -> Any:
     referenced while they do. Lowering runs under ``torch.no_grad()``: its passes run in-place
     ops on the parameters.
     """
-    from executorch.exir import to_edge
     from executorch.runtime import Runtime
 
-    exported = torch.export.export(example.model, example.args, example.kwargs,
-                                   dynamic_shapes=example.dynamic_shapes, strict=False)
-    with torch.no_grad(), quiet():
-        lowered = to_edge(exported).to_executorch()
-    return Runtime.get().load_program(lowered.buffer)
+    return Runtime.get().load_program(lower_to_executorch(example).buffer)
 
 
 def _executorch_call(program: Any, args: tuple, kwargs: dict) -> Callable[[], Any]:
@@ -277,7 +248,8 @@ def executorch_failure(call: Callable[[], Any]) -> str | None:
             call()
     except Exception as error:  # a runtime failure becomes the cell, not a crash
         failed = [line.split("] ", 1)[-1] for line in log if "failed" in line.lower()]
-        return one_line(" / ".join(dict.fromkeys(failed[-1:] + failed[:1])) or error)
+        return one_line(" / ".join(dict.fromkeys(failed[-1:] + failed[:1])) or error,
+                        REASON_CHARS)
     return None
 
 
@@ -348,7 +320,8 @@ def spawn_memory(mode: str, name: str, runs: int, program_path: str,
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         tail = done.stderr.strip().splitlines()
-        return one_line(f"exit {done.returncode}: {tail[-1] if tail else 'no output'}")
+        reason = f"exit {done.returncode}: {tail[-1] if tail else 'no output'}"
+        return one_line(reason, REASON_CHARS)
     return Memory(**json.loads(lines[-1]))
 
 
@@ -359,7 +332,7 @@ def _executorch_or_reason(example: Example, with_executorch: bool) -> Any | str 
     try:
         return executorch_program(example)
     except Exception as error:  # any lowering failure becomes the table cell
-        return one_line(error)
+        return one_line(error, REASON_CHARS)
 
 
 def measure(name: str, runs: int, with_executorch: bool,
@@ -475,8 +448,8 @@ def coverage_table(rows: Sequence[Coverage], runs: int) -> str:
             "fallback ops ran functionally and were copied into the arena (`Program.stats` "
             "after all timed runs; target: 0); allocated outside the arena is what one "
             "`run(copy_outputs=False)` on the example inputs allocated, per top-level op "
-            "(`torch.profiler` memory events): out-variants that ATen only generates compute "
-            "functionally and copy, so they allocate although `stats` counts no fallback. "
+            "(`torch.profiler` memory events), a check on `stats` from outside: the ops that "
+            "allocate should be the counted fallbacks. "
             "Memory: fresh subprocesses on the example inputs, `torch.set_num_threads(1)`, "
             f"one warm-up call then {runs} calls; peak RSS "
             "is `ru_maxrss` at the end (it includes the interpreter and `import torch`; the "
@@ -527,10 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             coverages.append(coverage)
     text = (latency_table(latencies, options.runs, with_executorch) + "\n"
             + coverage_table(coverages, options.runs))
-    sys.stdout.write(text)
-    if options.out:
-        with open(options.out, "w", encoding="utf-8") as handle:
-            handle.write(text)
+    emit(text, options.out)
     return 0
 
 

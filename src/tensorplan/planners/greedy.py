@@ -1,4 +1,9 @@
-"""The greedy portfolio: a few buffer orders, each placed by best fit; the smallest peak wins."""
+"""The greedy portfolio: a few buffer orders, each placed by best fit; the smallest peak wins.
+
+Two kinds of pass: peak sweeps (``sweep.py``), which compute best fit with a time sweep in a
+few list operations per buffer, and the classic orders (by size, area, lifetime length, peak
+load), which need the two-dimensional occupancy index and cost several times more per buffer.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from operator import sub
 
 from tensorplan.planners.instance import Instance, section_loads
 from tensorplan.planners.occupancy import OccupancyIndex
+from tensorplan.planners.sweep import STACK_ORDERS, sweep_order, sweep_steps
 
 
 def _by_size(inst: Instance, i: int, peak_load: list[int]) -> tuple[int, ...]:
@@ -27,7 +33,7 @@ def _by_load(inst: Instance, i: int, peak_load: list[int]) -> tuple[int, ...]:
 
 
 OrderKey = Callable[[Instance, int, list[int]], tuple[int, ...]]
-# buffer orders of the portfolio; ties broken by size, then start, then index
+# buffer orders placed through the occupancy index; ties broken by size, then start, then index
 ORDERS: dict[str, OrderKey] = {
     "size": _by_size,  # largest first
     "area": _by_area,  # largest size x sections first
@@ -36,21 +42,30 @@ ORDERS: dict[str, OrderKey] = {
 }
 
 
-# Above LARGE buffers only the orders that win on large traces run: "load" (bert_base,
-# pangu_2.6B, random traces) and "length" (iopddl_S_1); "size" and "area" never beat both there
-# and would double the time of a call.
-LARGE = 5_000
-LARGE_ORDERS = ("length", "load")
+# Up to INDEXED buffers every pass runs. Above it greedy runs only the peak sweeps: an
+# index pass costs 60-100 us a buffer on dense traces against ~10 us for a sweep, so greedy
+# stays under ~0.5 s at any size up to 10,000 buffers. The wide portfolio of algorithm="auto"
+# adds the index orders that win on large traces: "load" (pangu_2.6B, tiny_bert) and "length"
+# (iopddl_S_1); "size" and "area" never beat both there.
+INDEXED = 1_000
+WIDE_ORDERS = ("length", "load")
 
 
-def portfolio(n: int) -> list[tuple[int, OrderKey]]:
-    """The (rank, key) of each order run for ``n`` buffers; the rank breaks ties between passes.
+def portfolio(n: int, wide: bool = False) -> list[str]:
+    """Names of the passes run for ``n`` buffers, in rank order (the rank breaks ties).
 
-    >>> [rank for rank, _ in portfolio(10)], [rank for rank, _ in portfolio(LARGE + 1)]
-    ([0, 1, 2, 3], [2, 3])
+    Peak sweeps are named ``sweep:<stack order>``; ``wide`` keeps the large-trace index orders
+    above ``INDEXED`` buffers.
+
+    >>> portfolio(10)
+    ['sweep:longest', 'sweep:reach', 'sweep:earliest', 'size', 'area', 'length', 'load']
+    >>> portfolio(INDEXED + 1), portfolio(INDEXED + 1, wide=True)[3:]
+    (['sweep:longest', 'sweep:reach', 'sweep:earliest'], ['length', 'load'])
     """
-    ranked = list(enumerate(ORDERS.items()))
-    return [(rank, key) for rank, (name, key) in ranked if n <= LARGE or name in LARGE_ORDERS]
+    sweeps = [f"sweep:{name}" for name in STACK_ORDERS]
+    if n <= INDEXED:
+        return sweeps + list(ORDERS)
+    return sweeps + list(WIDE_ORDERS if wide else ())
 
 
 def peak_loads(inst: Instance) -> list[int]:
@@ -104,6 +119,25 @@ def placement_steps(
     yield peak, True
 
 
+Steps = Iterator[tuple[int, bool]]
+
+
+def start_pass(
+    inst: Instance, name: str, loads: list[int], offsets: list[int]
+) -> tuple[list[int], Steps]:
+    """The best-fit order of pass ``name`` and its steps, which fill ``offsets`` as they run.
+
+    A sweep's order is its stack, then its left side, then its right side: best fit through
+    the occupancy index in that order gives the sweep's offsets.
+    """
+    if name.startswith("sweep:"):
+        sides = sweep_order(inst, STACK_ORDERS[name.removeprefix("sweep:")])
+        return sides[0] + sides[1] + sides[2], sweep_steps(inst, sides, offsets, CHUNK)
+    key = ORDERS[name]
+    order = sorted(range(len(inst.sizes)), key=lambda i: key(inst, i, loads))
+    return order, placement_steps(inst, order, offsets)
+
+
 def plan_greedy(inst: Instance, bound: int) -> list[int]:
     """Offsets of the best plan over the portfolio of orders; stops early at ``bound``.
 
@@ -113,24 +147,24 @@ def plan_greedy(inst: Instance, bound: int) -> list[int]:
     return best_greedy(inst, bound)[0]
 
 
-def best_greedy(inst: Instance, bound: int) -> tuple[list[int], list[int]]:
-    """The best plan over the portfolio and the buffer order that made it.
+def best_greedy(inst: Instance, bound: int, wide: bool = False) -> tuple[list[int], list[int]]:
+    """The best plan over the portfolio (``wide`` as in ``portfolio``) and the order behind it.
 
     The passes run interleaved, always advancing the one whose running peak is lowest, and a
     pass is dropped once its running peak reaches the best finished one: the peak is the same as
-    running every pass in full, for a fraction of the work. Large instances run a shorter
-    portfolio (see ``portfolio``).
+    running every pass in full, for a fraction of the work.
 
     >>> best_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6)
     ([0, 4, 4], [0, 1, 2])
     """
     n = len(inst.sizes)
-    loads = peak_loads(inst)
+    names = portfolio(n, wide)
+    loads = peak_loads(inst) if set(names) & set(ORDERS) else []
     passes = []
-    for rank, key in portfolio(n):
-        order = sorted(range(n), key=lambda i, key=key: key(inst, i, loads))
+    for rank, name in enumerate(names):
         offsets = [0] * n
-        passes.append((0, rank, placement_steps(inst, order, offsets), offsets, order))
+        order, steps = start_pass(inst, name, loads, offsets)
+        passes.append((0, rank, steps, offsets, order))
     best, best_order, best_peak = passes[0][3], passes[0][4], None
     while passes:
         running, rank, steps, offsets, order = heapq.heappop(passes)

@@ -85,7 +85,7 @@ def plan_optimal(inst: Instance, bound: int, seconds: float, params: SearchParam
     Outcome(offsets=[0, 2, 3, 0], proven=True, improved=True)
     """
     budget = Budget(seconds, int(seconds * params.steps_per_second))
-    greedy, order = best_greedy(inst, bound)
+    greedy, order = best_greedy(inst, bound, wide=True)
     greedy_peak = peak_of(inst, greedy)
     if greedy_peak <= bound:
         return Outcome(greedy, True, False)

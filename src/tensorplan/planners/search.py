@@ -26,8 +26,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import compress
-from operator import add
+from itertools import compress, repeat
+from operator import add, sub
 
 from tensorplan.planners.budget import Budget
 from tensorplan.planners.tables import SearchTables
@@ -148,69 +148,77 @@ class _Search:
 
     def _try(self, part: Partition, rank: dict[int, int], b: int, x: int) -> bool:
         """Place ``b`` at ``x``, search on if the sections allow, and undo."""
-        raised = self._place(b, x)
+        raised, old = self._place(b, x)
         try:
             if not self._sections_ok(x, b, raised):
                 return False
             return self._continue(part, rank, b, x)
         finally:
-            self._unplace(b, raised)
+            self._unplace(b, raised, old)
 
-    def _place(self, b: int, x: int) -> list[tuple[int, int]]:
-        """Put ``b`` at ``x``; returns the floors it raised as (buffer, old floor)."""
-        t, floor, opened = self.t, self.floor, self.open
-        top = x + t.sizes[b]
+    def _place(self, b: int, x: int) -> tuple[list[int], list[int]]:
+        """Put ``b`` at ``x``; returns the buffers whose floor it raised, and their old floors."""
+        t, floor, opened, left = self.t, self.floor, self.open, self.left
+        size = t.sizes[b]
+        top = x + size
         self.offset[b] = self.solution[b] = x
         opened[b] = UNPLACED_NONE
-        raised = [(u, floor[u]) for u in t.neighbours[b] if self.offset[u] < 0 and floor[u] < top]
-        for u, _ in raised:
+        # a placed neighbour's open value is UNPLACED_NONE: only unplaced ones are below top
+        raised = [u for u in t.neighbours[b] if opened[u] < top]
+        old = list(map(floor.__getitem__, raised))
+        for u in raised:
             floor[u] = opened[u] = top
-        for s in range(t.starts[b], t.ends[b]):
-            self.left[s] -= t.sizes[b]
-        return raised
+        lo, hi = t.starts[b], t.ends[b]
+        left[lo:hi] = map(sub, left[lo:hi], repeat(size, hi - lo))
+        return raised, old
 
-    def _unplace(self, b: int, raised: list[tuple[int, int]]) -> None:
-        t = self.t
-        for s in range(t.starts[b], t.ends[b]):
-            self.left[s] += t.sizes[b]
-        for u, old in raised:
-            self.floor[u] = self.open[u] = old
+    def _unplace(self, b: int, raised: list[int], old: list[int]) -> None:
+        t, floor, opened, left = self.t, self.floor, self.open, self.left
+        lo, hi = t.starts[b], t.ends[b]
+        left[lo:hi] = map(add, left[lo:hi], repeat(t.sizes[b], hi - lo))
+        for u, value in zip(raised, old, strict=True):
+            floor[u] = opened[u] = value
         self.offset[b] = -1
-        self.open[b] = self.floor[b]
+        opened[b] = floor[b]
 
-    def _fits(self, s: int, room: int) -> bool:
-        """Some unplaced buffer live in section ``s`` has its floor at or below ``room``.
-
-        The buffer that answered last time is asked first; only if it no longer qualifies is
-        the section scanned for the buffer with the lowest floor.
-        """
-        opened = self.open
-        if opened[self.witness[s]] <= room:
-            return True
-        lowest = min(self.t.members[s], key=opened.__getitem__)
-        self.witness[s] = lowest
-        return opened[lowest] <= room
-
-    def _sections_ok(self, x: int, b: int, raised: list[tuple[int, int]]) -> bool:
+    def _sections_ok(self, x: int, b: int, raised: list[int]) -> bool:
         """The sections next to ``b`` can still hold their unplaced buffers.
 
         A section's unplaced buffers all sit at or above the lowest of their floors, so that
-        plus their total size must fit. Checked: ``b``'s own sections, and the sections of
-        raised buffers where ``top + left > cap`` (elsewhere a raised buffer keeps the lowest
-        floor at most ``top``, which fits).
+        plus their total size must fit; the test holds in any section, so it is sound to ask it
+        of more sections than changed. Asked: ``b``'s own sections with something unplaced, and
+        the sections beside them, up to the ends of the raised buffers, whose unplaced size is
+        above ``cap - top`` (elsewhere a raised buffer keeps the lowest floor at most ``top``,
+        which fits).
         """
         t, cap, left = self.t, self.cap, self.left
+        starts, ends = t.starts, t.ends
         top = x + t.sizes[b]
-        lo, hi = t.starts[b], t.ends[b]
-        tight = set(compress(range(lo, hi), left[lo:hi]))
-        room = cap - top  # sections whose unplaced size exceeds it are tight
-        for u, _ in raised:
-            lo, hi = t.starts[u], t.ends[u]
-            if max(left[lo:hi]) > room:
-                tight.update(compress(range(lo, hi), map(room.__lt__, left[lo:hi])))
+        lo, hi = starts[b], ends[b]
+        tight = list(compress(range(lo, hi), left[lo:hi]))
+        if raised:
+            room = cap - top  # sections whose unplaced size exceeds it are tight
+            first = min(map(starts.__getitem__, raised))
+            last = max(map(ends.__getitem__, raised))
+            if first < lo:
+                tight += compress(range(first, lo), map(room.__lt__, left[first:lo]))
+            if last > hi:
+                tight += compress(range(hi, last), map(room.__lt__, left[hi:last]))
         if not self.budget.spend(1 + len(tight) * self.members_per_section // STEP_MEMBERS):
             raise _OutOfTime
-        return all(self._fits(s, cap - left[s]) for s in tight)
+        # some unplaced buffer of each tight section must have its floor within cap - left:
+        # the buffer that answered last time is asked first, the section is scanned only if
+        # it no longer qualifies
+        opened, witness, members = self.open, self.witness, t.members
+        for s in tight:
+            room = cap - left[s]
+            if opened[witness[s]] <= room:
+                continue
+            lowest = min(members[s], key=opened.__getitem__)
+            witness[s] = lowest
+            if opened[lowest] > room:
+                return False
+        return True
 
     def _continue(self, part: Partition, rank: dict[int, int], b: int, x: int) -> bool:
         """Search on after placing ``b``; split the partition where ``b`` was the last bridge."""

@@ -118,6 +118,19 @@ def test_alignment_rounds_sizes_and_offsets():
     assert placement.lower_bound == 256
 
 
+def test_planners_count_in_the_common_divisor_of_the_sizes():
+    # sizes 3 KiB, 1 KiB and 2 KiB: planned in units of 1 KiB, reported in bytes
+    buffers = [Buffer(3072, 0, 2), Buffer(1024, 1, 3), Buffer(2048, 2, 4)]
+    problem = Problem(tuple(buffers), alignment=16)
+    assert to_instance(problem).sizes == (3, 1, 2) and to_instance(problem).unit == 1024
+    for algorithm in ("naive", "greedy", "optimal"):
+        placement = plan_buffers(buffers, algorithm=algorithm, alignment=16)
+        assert _verified(buffers, placement, 16)
+        assert placement.lower_bound == lower_bound(buffers, 16) == 4096
+    assert plan_buffers(buffers, algorithm="naive", alignment=16).offsets == (0, 3072, 4096)
+    assert plan_buffers(buffers, algorithm="greedy", alignment=16).peak == 4096
+
+
 def test_zero_size_buffers_sit_at_zero_and_cost_nothing():
     buffers = [Buffer(0, 0, 5), Buffer(8, 0, 5), Buffer(0, 2, 3)]
     placement = plan_buffers(buffers, alignment=16)

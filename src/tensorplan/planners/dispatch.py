@@ -17,9 +17,9 @@ from tensorplan.validate import check_placement
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one planner returns, in alignment units over the instance's buffers."""
+    """What one planner returns, in units over the instance's buffers."""
 
-    offsets: list[int]  # offset of each instance buffer, in alignment units
+    offsets: list[int]  # offset of each instance buffer, in units
     proven: bool  # the search itself proved the peak minimal
     algorithm: str  # the planner that made the offsets
     search_seconds: float = 0.0  # wall time of the optimal planner, greedy included (else 0)
@@ -67,7 +67,7 @@ def _expand(problem: Problem, inst: Instance, units: list[int]) -> tuple[int, ..
     """Byte offsets for every buffer of the problem; zero-size buffers sit at 0."""
     offsets = [0] * len(problem.buffers)
     for unit_offset, index in zip(units, inst.source, strict=True):
-        offsets[index] = unit_offset * problem.alignment
+        offsets[index] = unit_offset * inst.unit
     return tuple(offsets)
 
 
@@ -104,12 +104,12 @@ def plan_buffers(
         [b.end for b in problem.buffers],
         offsets,
         alignment,
-        peak * alignment,
+        peak * inst.unit,
     )
     return Placement(
         offsets=offsets,
-        peak=peak * alignment,
-        lower_bound=bound * alignment,
+        peak=peak * inst.unit,
+        lower_bound=bound * inst.unit,
         optimal=outcome.proven or peak == bound,
         algorithm=outcome.algorithm,
         search_seconds=outcome.search_seconds,

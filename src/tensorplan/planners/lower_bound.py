@@ -17,5 +17,5 @@ def lower_bound(buffers: Iterable[Buffer] | Problem, alignment: int = 1) -> int:
     24
     """
     problem = buffers if isinstance(buffers, Problem) else Problem(tuple(buffers), alignment)
-    loads = section_loads(to_instance(problem))
-    return max(loads, default=0) * problem.alignment
+    inst = to_instance(problem)
+    return max(section_loads(inst), default=0) * inst.unit

@@ -8,7 +8,7 @@ from tensorplan.planners.instance import Instance
 
 
 def plan_naive(inst: Instance) -> list[int]:
-    """Offsets (in alignment units) that stack every buffer on the previous one.
+    """Offsets (in units) that stack every buffer on the previous one.
 
     >>> plan_naive(Instance((2, 3, 1), (0, 0, 1), (1, 2, 2), 2, (0, 1, 2)))
     [0, 2, 5]

@@ -4,9 +4,12 @@ The greedy plan is first repaired by re-placing its buffers with the ones above 
 promoted (``improve.py``); instances with too many overlapping pairs stop there. Otherwise the
 peak lies between the lower bound ``lo`` and the best plan found so far. Each probe asks
 the decision search (``search.fit``) for a plan under a capacity: first the lower bound itself
-(most instances reach it), then halfway between what is refuted or unresolved and the best
-peak. A found plan lowers the best peak, a refuted capacity raises ``lo``; the best plan is
-proven optimal once ``lo`` reaches its peak.
+(most instances reach it, so it gets most of the budget), then halfway between what is refuted
+or unresolved and the best peak. A found plan lowers the best peak, a refuted capacity raises
+``lo``; the best plan is proven optimal once ``lo`` reaches its peak. A probe after which no
+capacity would be left gets all of the remaining budget. How hard a capacity is to resolve is
+far from monotone (challenging_D: a plan at 1025 units takes 88k steps, at 1026 more than
+1.5M, at 1024 522k), so no schedule is right for every instance.
 
 Budgets are counted in search steps (``SearchParams.steps_per_second`` per second of the time
 limit) so that a run is repeatable, with the wall clock as a safety net.
@@ -33,16 +36,17 @@ class SearchParams:
     auto_seconds: float = 1.0  # budget of algorithm="auto" for its first 1,000 buffers ...
     auto_seconds_per_1000: float = 0.5  # ... plus this much per further 1,000 buffers
     auto_max_seconds: float = 5.0  # ... and never more than this
-    steps_per_second: int = 60_000  # search steps one second of budget buys (repeatable runs)
+    steps_per_second: int = 120_000  # search steps one second of budget buys (repeatable runs;
+    # the search makes 115-175k a second on challenging_* here with the other core busy)
     repair_share: float = 0.1  # share of the budget for squeaky-wheel repair before the search
     repair_min_buffers: int = 1_000  # smaller instances skip the repair (the search does better)
-    first_probe_share: float = 0.5  # share of the rest for the probe at the lower bound
+    first_probe_share: float = 2 / 3  # share of the rest for the probe at the lower bound
     max_pairs: int = 2_000_000  # time-overlapping pairs above which the search is skipped
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """Result of the optimal planner, in alignment units."""
+    """Result of the optimal planner, in units."""
 
     offsets: list[int]  # the best plan found
     proven: bool  # no plan has a smaller peak
@@ -115,7 +119,8 @@ def _capacity_search(
     share = params.first_probe_share
     while soft_lo < best_peak and not budget.expired:
         cap = soft_lo if soft_lo == bound else (soft_lo + best_peak - 1) // 2
-        probe = Budget(budget.left(), _steps_left(budget, share))
+        last = cap + 1 >= best_peak  # if this probe fails, no capacity is left to try
+        probe = Budget(budget.left(), _steps_left(budget, 1.0 if last else share))
         verdict = fit(tables, cap, probe)
         budget.spend(probe.steps)
         share = 0.5

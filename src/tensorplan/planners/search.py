@@ -42,7 +42,7 @@ STEP_BUFFERS = 16  # unplaced buffers scanned per budget step (plus one step per
 class Verdict:
     """The answer of one decision search."""
 
-    offsets: list[int] | None  # a plan within the capacity (alignment units), if one was found
+    offsets: list[int] | None  # a plan within the capacity (in units), if one was found
     exhausted: bool  # the search space was covered: with no offsets, no plan fits
 
 

@@ -11,7 +11,7 @@ from tensorplan.planners.instance import Instance, section_loads
 class SearchTables:
     """An instance plus what the search derives from it once."""
 
-    sizes: tuple[int, ...]  # size of each buffer, alignment units
+    sizes: tuple[int, ...]  # size of each buffer, in units
     starts: tuple[int, ...]  # first section of each buffer
     ends: tuple[int, ...]  # first section after each buffer
     widths: tuple[int, ...]  # lifetime length in original steps, for the branching order

@@ -64,3 +64,27 @@ def test_bench_unknown_algorithm_is_one_line_error(capsys):
     assert main(["bench", "zoo:mlp", "--algorithms", "greedy,fastest"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown algorithm(s) fastest" in err
+
+
+def test_bench_runs_a_saved_program_on_its_example_inputs(tmp_path: Path):
+    import torch
+
+    exported = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
+    path = tmp_path / "linear.pt2"
+    torch.export.save(exported, path)
+    out = tmp_path / "rows.json"
+    argv = ["bench", str(path), "--algorithms", "naive,greedy", "--runs", "2"]
+    assert main([*argv, "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    # input 32 B and output 24 B, each aligned to 16: both live at once, 64 B with any planner
+    assert [(r["target"], r["arena_bytes"], r["matches"]) for r in rows] == [
+        ("linear", 64, None),
+        ("linear", 64, None),
+    ]
+    assert all(r["run_ms"] > 0 and r["eager_ms"] is None for r in rows)
+
+
+def test_bench_missing_file_is_one_line_error(tmp_path: Path, capsys):
+    assert main(["bench", str(tmp_path / "nope.pt2")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file" in err

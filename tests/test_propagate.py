@@ -266,6 +266,42 @@ def test_saved_and_reloaded_program_gives_same_specs(tmp_path):
     assert dict(original.tensors())["_softmax"].shape == (2, 64, 64)
 
 
+class Padded(torch.nn.Module):
+    """A linear layer (so pad's input requires grad), then a zero pad, as in HF's Swin."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.nn.functional.pad(self.linear(x), (0, 0, 0, 0, 0, 0)) * 2
+
+
+def test_retrace_adds_no_guard_to_a_fresh_shape_env(tmp_path):
+    # constant_pad_nd's C++ kernel reads concrete sizes unless the Python dispatcher is on: a
+    # re-trace in a freshly loaded program's ShapeEnv used to guard Eq(batch, 2) and plan the
+    # dynamic batch at its example size, with grad mode on or off
+    model = Padded()
+    with torch.no_grad():
+        ep = tp.capture(model, (torch.randn(2, 8, 8, 3),),
+                        dynamic_shapes=({0: Dim("batch", min=1, max=4)},))
+    path = tmp_path / "pad.pt2"
+    torch.export.save(ep, path)
+    reloaded = tp.capture(path)
+    shape_env = next(n.meta["val"] for n in reloaded.graph.nodes if n.op == "placeholder") \
+        .fake_mode.shape_env
+    guards, replacements = len(shape_env.guards), dict(shape_env.replacements)
+    with torch.enable_grad():
+        specs = tp.propagate(reloaded)
+    assert (len(shape_env.guards), dict(shape_env.replacements)) == (guards, replacements)
+    assert specs["x"].shape == (4, 8, 8, 3)
+    assert dict(specs.tensors())["constant_pad_nd"].shape == (4, 8, 8, 3)
+    prog = tp.compile(path)
+    x = torch.randn(4, 8, 8, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(prog.run(x), model(x))
+
+
 def test_opaque_call_keeps_the_spec_it_carries_and_is_not_retraced():
     ep = tp.capture(Fn(lambda t: (t.relu() * 2).sum(0)), (torch.randn(3, 4),))
     node = next(n for n in ep.graph.nodes if n.name == "mul")

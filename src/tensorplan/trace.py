@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, rebind_unbacked
 
@@ -149,7 +150,10 @@ def retrace(program: ExportedProgram) -> dict[str, TracedValue]:
     inputs = [_placeholder_value(n) for n in placeholders]
     values: dict[str, TracedValue] = {}
     fresh = shape_env.ignore_fresh_unbacked_symbols() if shape_env else contextlib.nullcontext()
-    with fake_mode, fresh:
+    # the Python dispatcher lets symbolic shapes through kernels that would otherwise read
+    # concrete sizes (constant_pad_nd's C++ kernel guards Eq(s, example) and fixes the dim);
+    # forward values need no autograd
+    with fake_mode, enable_python_dispatcher(), torch.no_grad(), fresh:
         _Retrace(program.graph_module, shape_env, "", values).run(
             *inputs, enable_io_processing=False)
     return values

@@ -144,6 +144,58 @@ def test_bad_inputs_raise_input_error_naming_input_dim_value_and_bound():
         prog.run(torch.randn(4, 8), torch.randn(4, 8))
 
 
+class Flags(torch.nn.Module):
+    def forward(self, x, flag=False, scale=2, extra=None):
+        y = x * scale if flag else x + 1
+        return y if extra is None else y + extra
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((True,), {}), ((False, 3), {}), ((False, 2, None), {}), ((), {"flag": True, "scale": 5}),
+])
+def test_constant_arguments_run_as_exported(args, kwargs):
+    # torch.export keeps a bool/int/None argument as a constant of the program
+    x = torch.randn(3)
+    prog = tp.compile(Flags(), (x, *args), kwargs)
+    torch.testing.assert_close(prog.run(x, *args, **kwargs), Flags()(x, *args, **kwargs))
+
+
+def test_a_different_constant_argument_is_an_input_error():
+    prog = tp.compile(Flags(), (torch.randn(3), True))
+    with pytest.raises(tp.InputError, match="input 'flag' is False, but the program was "
+                                            "exported with True"):
+        prog.run(torch.randn(3), False)
+
+
+class Halves(torch.nn.Module):
+    def forward(self, x):
+        a, b = x.chunk(2, dim=0)
+        return a + b
+
+
+class Shifted(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y[1:]
+
+
+def test_derived_dims_are_solved_and_checked():
+    n = Dim("n", min=1, max=16)
+    halves = same_as_eager(Halves(), (torch.randn(8, 3),), dynamic_shapes=({0: 2 * n},),
+                           runs=[(torch.randn(rows, 3),) for rows in (4, 8, 32)])
+    with pytest.raises(tp.InputError, match="is 5, but the program was compiled for 2.s.*: "
+                                            "no integer"):
+        halves.run(torch.randn(5, 3))
+    with pytest.raises(tp.InputError, match="outside the range"):
+        halves.run(torch.randn(34, 3))
+    shifted = same_as_eager(Shifted(), (torch.randn(4), torch.randn(5)),
+                            dynamic_shapes=({0: n}, {0: n + 1}),
+                            runs=[(torch.randn(6), torch.randn(7))])
+    for wrong in (9, 1):  # 1 would broadcast silently if the dim went unchecked
+        with pytest.raises(tp.InputError, match=f"input 'y' is {wrong}, but the program was "
+                                                r"compiled for s\d+ \+ 1 = 7"):
+            shifted.run(torch.randn(6), torch.randn(wrong))
+
+
 # --- data-dependent sizes -----------------------------------------------------------------
 
 class NonZero(torch.nn.Module):

@@ -9,11 +9,27 @@ import sympy
 import torch
 from torch.export import ExportedProgram
 from torch.export._tree_utils import reorder_kwargs
+from torch.export.graph_signature import ConstantArgument, ExportGraphSignature, InputKind
 from torch.utils import _pytree as pytree
 
 from ..errors import InputError
 from ..spec import TensorSpec
 from .shapes import Bindings, SymbolicShape
+
+
+def user_input_names(signature: ExportGraphSignature) -> list[str]:
+    """The placeholder name of every user input, in call order, constants included.
+
+    ``signature.user_inputs`` gives a constant input (a bool, int or None the model was exported
+    with) as its value, not its name.
+    """
+    return [spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
+
+
+def constant_inputs(signature: ExportGraphSignature) -> dict[str, Any]:
+    """Name -> value of the user inputs the program was specialised to (non-tensor arguments)."""
+    return {spec.arg.name: spec.arg.value for spec in signature.input_specs
+            if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument)}
 
 
 def flatten_inputs(in_spec: pytree.TreeSpec, args: tuple, kwargs: Mapping[str, Any]) -> list:
@@ -48,23 +64,81 @@ def _check_tensor(name: str, value: Any, spec: TensorSpec) -> None:
 
 
 def bind_inputs(program: ExportedProgram, names: Sequence[str], values: Sequence[Any],
-                specs: Mapping[str, Any], shapes: Mapping[str, SymbolicShape]) -> Bindings:
+                specs: Mapping[str, Any], shapes: Mapping[str, SymbolicShape],
+                constants: Mapping[str, Any]) -> Bindings:
     """Check every input and return the sizes bound to the input symbols.
 
-    Raises ``InputError`` naming the input, the dim, the value and the allowed range.
+    Raises ``InputError`` naming the input, the dim, the value and the allowed range, or the
+    constant the program was specialised to.
     """
     if len(values) != len(names):
         raise InputError(f"runtime: expected {len(names)} inputs ({', '.join(names)}), "
                          f"got {len(values)}")
     bindings: Bindings = {}
+    derived: list[tuple[str, int, int, sympy.Expr]] = []
     for name, value in zip(names, values, strict=True):
+        if name in constants:
+            _check_constant(name, value, constants[name])
+            continue
         spec = specs.get(name)
         if not isinstance(spec, TensorSpec):
             continue
         _check_tensor(name, value, spec)
         for dim, (size, expr) in enumerate(zip(value.shape, shapes[name].dims, strict=True)):
-            _bind_dim(program, name, dim, int(size), expr, bindings)
+            if isinstance(expr, int) or expr.is_Symbol:
+                _bind_dim(program, name, dim, int(size), expr, bindings)
+            else:
+                derived.append((name, dim, int(size), expr))
+    _bind_derived(program, derived, bindings)
     return bindings
+
+
+def _bind_derived(program: ExportedProgram, derived: list[tuple[str, int, int, sympy.Expr]],
+                  bindings: Bindings) -> None:
+    """Check dims given as expressions (a derived ``Dim``: ``2 * n``, ``n + 1``); a symbol that
+    no input carries bare is solved from the first linear expression that holds it alone."""
+    while derived:
+        progress = False
+        for item in list(derived):
+            name, dim, size, expr = item
+            unbound = [s for s in expr.free_symbols if s not in bindings]
+            if len(unbound) > 1:
+                continue
+            if unbound:
+                _bind_dim(program, name, dim, _solve(name, dim, size, expr, unbound[0]),
+                          unbound[0], bindings)
+            value = int(expr.xreplace({s: sympy.Integer(bindings[s]) for s in expr.free_symbols}))
+            if value != size:
+                raise InputError(f"runtime: dim {dim} of input {name!r} is {size}, but the "
+                                 f"program was compiled for {expr} = {value} "
+                                 f"({_given(expr, bindings)})")
+            derived.remove(item)
+            progress = True
+        if not progress:
+            name, dim, _, expr = derived[0]
+            raise InputError(f"runtime: dim {dim} of input {name!r} is {expr}, and no input "
+                             f"gives its symbols on their own; export with a plain Dim there")
+
+
+def _solve(name: str, dim: int, size: int, expr: sympy.Expr, symbol: sympy.Symbol) -> int:
+    """The value of ``symbol`` that makes the linear ``expr`` equal ``size``."""
+    base = int(expr.xreplace({symbol: sympy.Integer(0)}))
+    slope = int(expr.xreplace({symbol: sympy.Integer(1)})) - base
+    if slope == 0 or (size - base) % slope:
+        raise InputError(f"runtime: dim {dim} of input {name!r} is {size}, but the program "
+                         f"was compiled for {expr}: no integer {symbol} gives {size}")
+    return (size - base) // slope
+
+
+def _given(expr: sympy.Expr, bindings: Bindings) -> str:
+    return ", ".join(f"{s} = {bindings[s]}" for s in sorted(expr.free_symbols, key=str))
+
+
+def _check_constant(name: str, value: Any, compiled: Any) -> None:
+    if type(value) is not type(compiled) or value != compiled:
+        raise InputError(f"runtime: input {name!r} is {value!r}, but the program was exported "
+                         f"with {compiled!r} and specialised to it; compile again with "
+                         f"{value!r} to run with it")
 
 
 def _bind_dim(program: ExportedProgram, name: str, dim: int, size: int,
@@ -73,8 +147,6 @@ def _bind_dim(program: ExportedProgram, name: str, dim: int, size: int,
         if size != expr:
             raise InputError(f"runtime: dim {dim} of input {name!r} is {size}, but the program "
                              f"was compiled for exactly {expr}; export with a Dim to vary it")
-        return
-    if not expr.is_Symbol:
         return
     lower, upper = _range(program, expr)
     if size < lower or (upper is not None and size > upper):

@@ -61,3 +61,24 @@ def test_capture_refuses_a_pt2_that_would_run_code(tmp_path):
         archive.writestr("evil/data/constants/custom_obj_0.pt", b"\x80\x04not-a-tensor")
     with pytest.raises(tp.CaptureError, match="holds code or Python objects"):
         tp.capture(path)
+
+
+class SpecViolationError(Exception):
+    """Stands for torch.export's verifier error (same name)."""
+
+
+@pytest.mark.parametrize("error, hint", [
+    (SpecViolationError("Constant tensor lifted_tensor_0 is not in the constants dictionary"),
+     "torch.export's verifier rejects it"),
+    (RuntimeError("no decomposition for my_op"), "has no core ATen decomposition"),
+])
+def test_decomposition_failure_hint_fits_the_error(monkeypatch, error, hint):
+    ep = torch.export.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),))
+
+    def fail(self, *args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", fail)
+    with pytest.raises(tp.CaptureError, match=hint) as caught:
+        tp.capture(ep)
+    assert type(error).__name__ in str(caught.value) and caught.value.__cause__ is error

@@ -92,6 +92,13 @@ def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
         return program.run_decompositions()
     except Exception as error:
         raise CaptureError(f"capture: decomposition to core ATen failed with "
-                           f"{type(error).__name__}: {error}\n  hint: an operator has no core "
-                           "ATen decomposition; register one or keep it as a custom op"
+                           f"{type(error).__name__}: {error}\n  hint: {_decomposition_hint(error)}"
                            ) from error
+
+
+def _decomposition_hint(error: Exception) -> str:
+    """What to try when ``run_decompositions`` fails: depends on what failed."""
+    if "SpecViolation" in type(error).__name__:
+        return ("the exported program itself is inconsistent (torch.export's verifier rejects "
+                "it, with or without tensorplan); export without the extension that made it")
+    return "an operator has no core ATen decomposition; register one or keep it as a custom op"

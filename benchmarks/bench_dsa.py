@@ -1,8 +1,9 @@
 """Plan every DSA instance with each algorithm and print a markdown table of the results.
 
-    python benchmarks/bench_dsa.py                       # greedy and optimal, 30 s per instance
+    python benchmarks/bench_dsa.py                       # greedy and optimal, 30 s per instance,
+                                                         # files and 10,000 random buffers
     python benchmarks/bench_dsa.py --algorithms greedy --out results.md
-    python benchmarks/bench_dsa.py --only challenging --time-limit 10
+    python benchmarks/bench_dsa.py --only challenging --time-limit 10 --synthetic 0
     python benchmarks/bench_dsa.py --only none --synthetic 10000 --algorithms greedy
 
 Columns: instance, buffers, algorithm, lower bound, peak, gap to the bound, whether the plan is
@@ -120,14 +121,15 @@ def main(argv: list[str] | None = None) -> int:
         "--synthetic",
         type=int,
         action="append",
-        default=[],
+        default=None,
         metavar="N",
-        help="also plan N seeded random buffers (repeatable)",
+        help="also plan N seeded random buffers (repeatable; default 10000, 0 for none)",
     )
     args = parser.parse_args(argv)
     lines = [HEADER]
     print(HEADER, flush=True)
-    for name, buffers, reference in instances(args.dir, args.only, args.synthetic):
+    sizes = [n for n in (args.synthetic or [10_000]) if n > 0]
+    for name, buffers, reference in instances(args.dir, args.only, sizes):
         for algorithm in args.algorithms.split(","):
             line = bench(name, buffers, algorithm, args.time_limit, reference).markdown()
             lines.append(line)

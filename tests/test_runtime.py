@@ -283,3 +283,89 @@ def test_running_statistics_and_counters_persist():
         x = torch.randn(4)
         torch.testing.assert_close(prog.run(x), eager(x))
     assert float(prog.state_dict()["count"]) == 3.0
+
+
+# --- state that is tricky to write back --------------------------------------------------
+
+class Stateful(torch.nn.Module):
+    """Buffers ``a`` (4,), ``b`` (4,), ``m`` (3, 3), ``i`` int64 (4,), ``r`` (8,), updated by
+    ``step(self, x)``."""
+
+    def __init__(self, step) -> None:
+        super().__init__()
+        self.step = step
+        self.register_buffer("a", torch.arange(4.0))
+        self.register_buffer("b", torch.full((4,), 5.0))
+        self.register_buffer("m", torch.arange(9.0).reshape(3, 3))
+        self.register_buffer("i", torch.zeros(4, dtype=torch.int64))
+        self.register_buffer("r", torch.arange(8.0))
+
+    def forward(self, x):
+        return self.step(self, x)
+
+
+def _swap(s, x):
+    out = x + s.a + 10 * s.b
+    old = s.a.clone()
+    s.a.copy_(s.b)
+    s.b.copy_(old)
+    return out
+
+
+def _from_mutated_input(s, x):
+    s.a.copy_(x)
+    x.add_(1)
+    return x.sum()
+
+
+def _parallel_assignment(s, x):
+    s.b.copy_(s.a)
+    s.a.mul_(2)
+    return x + s.b
+
+
+def _transposed(s, x):
+    s.m.copy_(s.m.t() * 2)
+    return s.m.sum() + x
+
+
+def _broadcast_cast_and_slice(s, x):
+    y = x * 2
+    s.m.fill_(x.sum())
+    s.i.copy_(x * 3.7)
+    s.b.copy_(torch.cat([y, y])[2:6])
+    return x + 1
+
+
+def _reads_old(s, x):
+    s.r.copy_(torch.cat([s.r[1:], x[:1]]))
+    s.a.copy_(s.a - s.a[3])
+    return s.r * 1 + s.a.sum()
+
+
+@pytest.mark.parametrize("step", [_swap, _from_mutated_input, _parallel_assignment, _transposed,
+                                  _broadcast_cast_and_slice, _reads_old])
+def test_state_updates_match_eager_over_three_runs(step):
+    # new state that reads other state, an input, its own old value or the wrong layout must be
+    # written back after the run (all at once), not computed over the old state
+    eager, planned = Stateful(step), Stateful(step)
+    prog = tp.compile(planned, (torch.randn(4),))
+    for _ in range(3):
+        x = torch.randn(4)
+        x_eager, x_planned = x.clone(), x.clone()
+        torch.testing.assert_close(prog.run(x_planned), eager(x_eager))
+        torch.testing.assert_close(x_planned, x_eager)
+        state = prog.state_dict()
+        assert state  # every step writes some buffer
+        for name, value in state.items():
+            torch.testing.assert_close(value, eager.get_buffer(name), msg=name)
+
+
+def test_index_put_cache_still_updates_in_place():
+    # the producer reads the old cache only as its first argument and has an in-place twin:
+    # each new cache shares its buffer's storage (no write-back copy)
+    prog = tp.compile(KVCache(), zoo.example("kv_cache").args)
+    signature = prog.exported_program.graph_signature
+    placeholder = {target: name for name, target in signature.inputs_to_buffers.items()}
+    for new, target in signature.buffers_to_mutate.items():
+        assert prog.specs[new].storage == prog.specs[placeholder[target]].storage

@@ -30,6 +30,7 @@ from torch.export import ExportedProgram
 
 from .errors import UnsupportedOpError
 from .propagate import constant_inputs
+from .schemas import inplace_variant
 from .spec import SpecTable, TensorSpec
 from .trace import carried_spec
 
@@ -293,30 +294,61 @@ def _state_inputs(program: ExportedProgram) -> dict[str, str]:
     return state
 
 
-def _last_read_step(graph: torch.fx.Graph, order: Mapping[str, int], values: list[str]) -> int:
-    """The last step at which a node reads one of ``values`` (-1 if none does)."""
-    nodes = [n for n in graph.nodes if n.name in values]
-    steps = [order[user.name] for n in nodes for user in n.users if user.op != "output"]
-    return max(steps, default=-1)
-
-
 def _share_state(b: _Builder, program: ExportedProgram, state: dict[str, str]) -> list:
     """Put each new state value in its input's storage when that is safe; else write it back."""
     graph = program.graph
     order = {node.name: i for i, node in enumerate(graph.nodes)}
+    nodes = {node.name: node for node in graph.nodes}
     write_back = []
     for value, placeholder in state.items():
         target, source = b.storage_of[placeholder], b.storage_of[value]
         if target == source:
             continue
-        readers = [v.partition("[")[0] for v in b.members[target]]
-        safe = (b.kinds.get(source) == "activation" and not b.graphs[source]
-                and _last_read_step(graph, order, readers) <= order[value.partition("[")[0]])
-        if safe:
+        if _can_share(b, nodes, order, value, placeholder, target, source):
             b.merge(target, source)
         else:
             write_back.append((value, target))
     return write_back
+
+
+def _can_share(b: _Builder, nodes: Mapping[str, torch.fx.Node], order: Mapping[str, int],
+               value: str, placeholder: str, target: int, source: int) -> bool:
+    """True when the new state ``value`` can be computed straight into the old state's storage.
+
+    It must own its storage (an activation of the top-level graph, not a view of a larger one)
+    and be laid out exactly like the state; and nothing may read the old state once the new
+    value's storage is first written, or at the end of the run (outputs, other write-backs),
+    except the producer itself through its first argument when it has an in-place twin
+    (``index_copy`` runs as ``index_copy_`` on the state).
+    """
+    if b.kinds.get(source) != "activation" or b.graphs[source] or b.members[source][0] != value:
+        return False
+    new, old = _spec_at(b.specs, value), _spec_at(b.specs, placeholder)
+    if new is None or old is None or _layout(new) != _layout(old):
+        return False
+    producer = nodes[value.partition("[")[0]]
+    first_write = min(order[m.partition("[")[0]] for m in b.members[source])
+    olds = {m.partition("[")[0] for m in b.members[target]}
+    readers = {user for name in olds for user in nodes[name].users}
+    if any(user.op == "output" for user in readers):
+        return False
+    if any(order[user.name] >= first_write for user in readers if user is not producer):
+        return False
+    return producer not in readers or _in_place_on_first_argument(producer, olds)
+
+
+def _layout(spec: TensorSpec) -> tuple:
+    return spec.dtype, spec.shape, spec.strides, tuple(map(str, spec.sym_shape))
+
+
+def _in_place_on_first_argument(node: torch.fx.Node, olds: set[str]) -> bool:
+    """The node reads the old state only as its first argument and has an in-place twin."""
+    if not isinstance(node.target, torch._ops.OpOverload) or inplace_variant(node.target) is None:
+        return False
+    first, *rest = node.args
+    reads: set[str] = set()
+    torch.fx.node.map_arg((rest, node.kwargs), lambda n: reads.add(n.name))
+    return isinstance(first, torch.fx.Node) and first.name in olds and not reads & olds
 
 
 def analyze(program: ExportedProgram, specs: SpecTable) -> AliasTable:

@@ -43,6 +43,32 @@ def _state_buffers(program: ExportedProgram) -> dict[str, str]:
             if target in mutated}
 
 
+def _write_back(writes: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Copy each new state value into its state, all at once: a value that lies in another
+    state's memory (``a, b = b, a``; ``b := a`` then ``a *= 2``) is read before any is written."""
+    targets = [state for state, value in writes if value.data_ptr() != state.data_ptr()]
+    staged = [(state, value.clone() if any(_overlap(value, t) for t in targets if t is not state)
+               else value) for state, value in writes if value.data_ptr() != state.data_ptr()]
+    for state, value in staged:
+        state.copy_(value)
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The two tensors' memory ranges intersect (same storage, overlapping byte spans)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    start_a, start_b = a.data_ptr(), b.data_ptr()
+    return start_a < start_b + _span(b) and start_b < start_a + _span(a)
+
+
+def _span(t: torch.Tensor) -> int:
+    """Bytes from the tensor's first element to just past its last."""
+    if t.numel() == 0:
+        return 0
+    return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+            + 1) * t.element_size()
+
+
 class Executor:
     """Runs one program; owns the arena (allocated once) and the mutable state in it."""
 
@@ -109,15 +135,14 @@ class Executor:
         return self._finish(outputs, flat, frame, copy_outputs)
 
     def _finish(self, outputs: list, flat: list, frame: list, copy_outputs: bool) -> Any:
-        results = []
+        results, writes = [], []
         for value, (kind, target) in zip(outputs, self.outputs, strict=True):
             if kind == OutputKind.BUFFER_MUTATION:
-                state = frame[self.state_slots[target]]
-                if value.data_ptr() != state.data_ptr():
-                    state.copy_(value)
+                writes.append((frame[self.state_slots[target]], value))
             elif kind == OutputKind.USER_INPUT_MUTATION:
-                flat[self.user_inputs.index(target)].copy_(value)
+                writes.append((flat[self.user_inputs.index(target)], value))
             else:
                 results.append(value.clone() if copy_outputs and isinstance(value, torch.Tensor)
                                else value)
+        _write_back(writes)
         return pytree.tree_unflatten(results, self.out_spec)

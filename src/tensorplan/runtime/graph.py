@@ -26,10 +26,11 @@ from ..alias import AliasTable
 from ..errors import InputError, LayoutError
 from ..layout import same_layout
 from ..plan import MemoryPlan
+from ..schemas import inplace_variant
 from ..spec import SpecTable, TensorSpec
 from .arena import Arena
 from .args import Env, compile_args
-from .kernels import NATIVE_INTO, inplace_variant, out_variant
+from .kernels import NATIVE_INTO, out_variant
 from .shapes import Bindings, SymbolicShape
 
 Step = Callable[[Env, Bindings], None]

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from ..schemas import signature
+
 _TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
 
 
@@ -33,18 +35,14 @@ class OutVariant:
     generated: bool = False          # ATen generated it: functional op + copy (it allocates)
 
 
-def _signature(arguments) -> list[tuple[str, str]]:
-    return [(a.name, str(a.type)) for a in arguments]
-
-
 def _matches(functional: torch._ops.OpOverload,
              candidate: torch._ops.OpOverload) -> OutVariant | None:
     schema = candidate._schema
     outs = [a for a in schema.arguments if a.is_out]
     if not outs or len(outs) != len(functional._schema.returns):
         return None
-    inputs = _signature(a for a in schema.arguments if not a.is_out)
-    wanted = _signature(functional._schema.arguments)
+    inputs = signature(a for a in schema.arguments if not a.is_out)
+    wanted = signature(functional._schema.arguments)
     dropped = tuple(name for name, _ in wanted
                     if name in _TENSOR_OPTIONS and name not in {n for n, _ in inputs})
     if [w for w in wanted if w[0] not in dropped] != inputs:
@@ -130,19 +128,3 @@ def out_variant(op: torch._ops.OpOverload) -> OutVariant | None:
     return None
 
 
-@functools.cache
-def inplace_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The in-place twin of a functional op (``index_put`` -> ``index_put_``), or None.
-
-    Its schema must take the same arguments and write its first one (``Tensor(a!) self``).
-    """
-    namespace = getattr(torch.ops, op.namespace, None)
-    packet = getattr(namespace, op.overloadpacket.__name__ + "_", None) if namespace else None
-    if packet is None or op._overloadname not in packet.overloads():
-        return None
-    candidate = getattr(packet, op._overloadname)
-    arguments = candidate._schema.arguments
-    writes_self = bool(arguments) and arguments[0].alias_info is not None \
-        and arguments[0].alias_info.is_write
-    same = _signature(arguments) == _signature(op._schema.arguments)
-    return candidate if writes_self and same else None

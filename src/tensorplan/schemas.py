@@ -1,0 +1,31 @@
+"""What operator schemas say, shared by the stages that read them (alias analysis, the runtime)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+import torch
+
+
+def signature(arguments: Iterable[torch.Argument]) -> list[tuple[str, str]]:
+    """(name, type) of each schema argument: what two overloads must share to be twins."""
+    return [(a.name, str(a.type)) for a in arguments]
+
+
+@functools.cache
+def inplace_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The in-place twin of a functional op (``index_put`` -> ``index_put_``), or None.
+
+    Its schema must take the same arguments and write its first one (``Tensor(a!) self``).
+    """
+    namespace = getattr(torch.ops, op.namespace, None)
+    packet = getattr(namespace, op.overloadpacket.__name__ + "_", None) if namespace else None
+    if packet is None or op._overloadname not in packet.overloads():
+        return None
+    candidate = getattr(packet, op._overloadname)
+    arguments = candidate._schema.arguments
+    writes_self = bool(arguments) and arguments[0].alias_info is not None \
+        and arguments[0].alias_info.is_write
+    same = signature(arguments) == signature(op._schema.arguments)
+    return candidate if writes_self and same else None

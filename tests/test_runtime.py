@@ -369,3 +369,15 @@ def test_index_put_cache_still_updates_in_place():
     placeholder = {target: name for name, target in signature.inputs_to_buffers.items()}
     for new, target in signature.buffers_to_mutate.items():
         assert prog.specs[new].storage == prog.specs[placeholder[target]].storage
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.as_strided(x + 1, (3, 3), (2, 1), 1),
+    lambda x: torch.as_strided(x * 2, (2, 4), (6, 1), storage_offset=5),
+    lambda x: torch.as_strided(x - 1, (3, 2), (1, 6)),
+])
+def test_as_strided_offsets_count_from_the_base_storage(fn):
+    # the base is planned at a non-zero arena offset: eager counts storage_offset from the
+    # base's own storage
+    prog = same_as_eager(Fn(fn), (torch.randn(4, 6),))
+    assert any(s.offset > 0 for s in prog.plan.storages.values())

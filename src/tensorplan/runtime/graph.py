@@ -209,13 +209,43 @@ class GraphRunner:
             node.target
         spec = self.ctx.spec_items(name)[0]
         stable = self._is_stable(node) and self._resolvable(name)
+        shift = self._storage_shift(node)
 
         def view(env: Env, b: Bindings) -> None:
             args, kwargs = build(env)
+            if shift:
+                args, kwargs = shift(args, kwargs)
             env[slot] = result = op(*args, **kwargs)
             if stable and isinstance(spec, TensorSpec) and isinstance(result, torch.Tensor):
                 self.ctx.check_layout(name, result, spec, op)
         self._place(node, view, stable)
+
+    def _storage_shift(self, node: torch.fx.Node) -> Callable[[Any, Any], tuple] | None:
+        """For a view given an explicit ``storage_offset`` (``as_strided``): a function of the
+        call's (args, kwargs) that adds where the base's storage starts in the arena, since
+        eager counts that offset from the base's own storage and here every storage lives in
+        the one arena storage."""
+        op = node.target
+        names = [a.name for a in op._schema.arguments] if isinstance(op, torch._ops.OpOverload) \
+            else []
+        if "storage_offset" not in names or not isinstance(node.args[0], torch.fx.Node):
+            return None
+        position = names.index("storage_offset")
+        positional = position < len(node.args)
+        given = node.args[position] if positional else node.kwargs.get("storage_offset")
+        base = self.ctx.specs.get(self.prefix + node.args[0].name)
+        if given is None or not isinstance(base, TensorSpec) or base.storage is None:
+            return None
+        start = self.ctx.plan.storages[base.storage].offset // base.dtype.itemsize
+
+        def shift(args: Any, kwargs: Any) -> tuple:
+            if positional:
+                args = list(args)
+                args[position] += start
+            else:
+                kwargs = {**kwargs, "storage_offset": kwargs["storage_offset"] + start}
+            return args, kwargs
+        return shift
 
     def _prepare_outputs(self, node: torch.fx.Node, name: str) -> None:
         """Put the node's planned out views in the frame (or make them per run)."""

@@ -9,6 +9,7 @@ from torch.export import Dim
 
 import tensorplan as tp
 from tensorplan import zoo
+from tensorplan.runtime.arena import Arena
 from tensorplan.runtime.kernels import out_variant
 from tensorplan.zoo import KVCache
 
@@ -381,3 +382,16 @@ def test_as_strided_offsets_count_from_the_base_storage(fn):
     # base's own storage
     prog = same_as_eager(Fn(fn), (torch.randn(4, 6),))
     assert any(s.offset > 0 for s in prog.plan.storages.values())
+
+
+def test_input_count_device_and_arena_errors_are_one_line_tensorplan_errors():
+    prog = tp.compile(Fn(lambda t: t + 1), (torch.randn(3),))
+    with pytest.raises(tp.InputError, match=r"^runtime: the inputs are not structured as at "
+                                            r"compile time: 2 positional argument\(s\) \(2 leaves\)"
+                                            r", the program takes 1 positional argument\(s\)"):
+        prog.run(torch.randn(3), torch.randn(3))
+    with pytest.raises(tp.InputError, match="input 'x' is on meta; the program runs on the CPU"):
+        prog.run(torch.empty(3, device="meta"))
+    with pytest.raises(tp.PlanError, match=r"cannot allocate the 1,125,899,906,842,624 B "
+                                           r"\(1048576.0 GiB\) arena"):
+        Arena(1 << 50)

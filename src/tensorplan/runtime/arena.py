@@ -21,7 +21,13 @@ class Arena:
 
     def __init__(self, nbytes: int) -> None:
         self.nbytes = nbytes
-        self.bytes = torch.zeros(max(nbytes, 16), dtype=torch.uint8)
+        try:
+            self.bytes = torch.zeros(max(nbytes, 16), dtype=torch.uint8)
+        except (RuntimeError, MemoryError) as error:
+            raise PlanError(
+                f"runtime: cannot allocate the {nbytes:,} B ({nbytes / 2**30:.1f} GiB) arena: "
+                f"{str(error).splitlines()[0]}; dynamic dims are planned at their upper bounds: "
+                "lower the Dim maxima, or free memory") from None
         self._typed: dict[torch.dtype, torch.Tensor] = {}
 
     def _typed_view(self, dtype: torch.dtype) -> torch.Tensor:

@@ -39,9 +39,19 @@ def flatten_inputs(in_spec: pytree.TreeSpec, args: tuple, kwargs: Mapping[str, A
     except Exception as error:
         raise InputError(f"runtime: inputs do not match the compiled signature: {error}") from None
     if spec != in_spec:
-        raise InputError(f"runtime: expected inputs structured as {in_spec}, got {spec} "
-                         f"({len(flat)} leaves); pass the same structure as at compile time")
+        raise InputError(f"runtime: the inputs are not structured as at compile time: "
+                         f"{_outline(spec)}, the program takes {_outline(in_spec)}; pass the "
+                         "same positional arguments, keywords and containers")
     return flat
+
+
+def _outline(spec: pytree.TreeSpec) -> str:
+    """One line for a call's (args, kwargs) spec: how many positional arguments, which keywords,
+    how many leaves."""
+    args, kwargs = spec.children_specs if spec.num_children == 2 else (spec, None)
+    keywords = ", ".join(map(str, kwargs.context)) if kwargs is not None and kwargs.context else ""
+    return (f"{args.num_children} positional argument(s)"
+            + (f", keywords {keywords}" if keywords else "") + f" ({spec.num_leaves} leaves)")
 
 
 def _range(program: ExportedProgram, symbol: sympy.Symbol) -> tuple[int, int | None]:
@@ -55,6 +65,9 @@ def _range(program: ExportedProgram, symbol: sympy.Symbol) -> tuple[int, int | N
 def _check_tensor(name: str, value: Any, spec: TensorSpec) -> None:
     if not isinstance(value, torch.Tensor):
         raise InputError(f"runtime: input {name!r} must be a tensor, got {type(value).__name__}")
+    if value.device.type != "cpu":
+        raise InputError(f"runtime: input {name!r} is on {value.device}; the program runs on "
+                         "the CPU: pass it with .cpu()")
     if value.dtype != spec.dtype:
         raise InputError(f"runtime: input {name!r} has dtype {value.dtype}, the program was "
                          f"compiled for {spec.dtype}; convert it with .to({spec.dtype})")

@@ -86,3 +86,10 @@ def test_storage_first_and_last_steps_are_inclusive():
     prog = tp.compile(Chain(), (torch.randn(4),))
     relu = prog.plan.storages[prog.specs["relu"].storage]
     assert (relu.first, relu.last) == (1, 2)  # defined at step 1, last read by neg at step 2
+
+
+@pytest.mark.parametrize("alignment", [1, 2, 6])
+def test_alignment_below_the_element_size_is_refused_at_compile(alignment):
+    # float32 values at offsets that are not multiples of 4 cannot be viewed at run time
+    with pytest.raises(tp.PlanError, match=f"alignment {alignment} B .* use a multiple of 4 B"):
+        tp.compile(torch.nn.Linear(4, 2), (torch.randn(3, 4),), alignment=alignment)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from torch.export import ExportedProgram
 
 from .alias import AliasTable, analyze
 from .capture import capture
+from .errors import PlanError
 from .liveness import lifetimes
 from .plan import MemoryPlan, PlannerParams, plan_memory
 from .propagate import propagate
@@ -83,6 +85,19 @@ def planned_specs(specs: SpecTable, alias: AliasTable) -> SpecTable:
                       for name, entry in specs.items()})
 
 
+def _check_alignment(alignment: int, specs: SpecTable) -> None:
+    """Every value of the arena must start on a multiple of its element size."""
+    if not isinstance(alignment, int) or alignment < 1:
+        raise PlanError(f"plan: alignment must be a positive number of bytes, got {alignment!r}")
+    itemsizes = {spec.dtype.itemsize for _, spec in specs.tensors() if not spec.const}
+    needed = math.lcm(*itemsizes) if itemsizes else 1
+    if alignment % needed:
+        widest = max(itemsizes)
+        raise PlanError(f"plan: alignment {alignment} B does not keep every value on a multiple "
+                        f"of its element size (the program has {widest}-byte elements); use a "
+                        f"multiple of {needed} B (the default is 16)")
+
+
 def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
             args: tuple[Any, ...] | None = None, kwargs: Mapping[str, Any] | None = None, *,
             dynamic_shapes: Any = None, algorithm: str = "auto", alignment: int = 16,
@@ -98,6 +113,7 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
     specs = propagate(program)
     alias = analyze(program, specs)
+    _check_alignment(alignment, specs)
     params = PlannerParams(algorithm=algorithm, alignment=alignment, time_limit=time_limit)
     plan = plan_memory(lifetimes(program, alias), alias, params)
     if os.environ.get("TENSORPLAN_DEBUG") == "1":

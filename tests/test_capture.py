@@ -82,3 +82,25 @@ def test_decomposition_failure_hint_fits_the_error(monkeypatch, error, hint):
     with pytest.raises(tp.CaptureError, match=hint) as caught:
         tp.capture(ep)
     assert type(error).__name__ in str(caught.value) and caught.value.__cause__ is error
+
+
+class CondView(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x[1:], lambda x: x[:-1].clone(), (x,))
+
+
+class CondShift(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x[1:] * 2, lambda x: x[:-1] + 1, (x,))
+
+
+@pytest.mark.parametrize("model, dynamic_shapes, reason, hint", [
+    (CondView(), None, "Higher order ops do not support aliasing", "return a .clone\\(\\) of it"),
+    (CondShift(), ({0: torch.export.Dim("m", min=2, max=64)},),
+     "Not all values of m", "narrow the range"),
+])
+def test_export_failure_keeps_the_reason_lines_and_a_fitting_hint(model, dynamic_shapes, reason,
+                                                                  hint):
+    with pytest.raises(tp.CaptureError, match=f"(?s){reason}.*hint: .*{hint}") as caught:
+        tp.capture(model, (torch.randn(6, 3),), dynamic_shapes=dynamic_shapes)
+    assert "Developer debug context" not in str(caught.value)

@@ -27,7 +27,38 @@ _DEFAULT_HINT = ("check that the model runs eagerly on these example inputs; "
                  "torch.export's message above names the failing line")
 
 
+# Words in torch.export's message that say more than the exception class does.
+_MESSAGE_HINTS: tuple[tuple[str, str], ...] = (
+    ("aliasing", "a cond/while_loop/map branch returns (a view of) one of its inputs: return "
+     "a .clone() of it"),
+    ("Constraints violated", "the model needs a condition on a dynamic dim that does not hold "
+     "over the whole Dim(min, max): narrow the range as the message says"),
+)
+_STOP = ("Developer debug context", "from user code:", "The error above", "Set TORCHDYNAMO")
+_CUT = ("For more information", "For more details")  # pointers to logs and pages, not reasons
+_REASON_LINES = 6  # lines of torch.export's message kept in a CaptureError
+
+
+def _reason(error: BaseException) -> str:
+    """The lines of an export error that say what went wrong, without its debug context."""
+    kept = []
+    for line in str(error).splitlines():
+        if any(stop in line for stop in _STOP):
+            break
+        for cut in _CUT:
+            line = line.split(cut)[0]
+        if line.strip():
+            kept.append(line.rstrip()[:200])
+        if len(kept) == _REASON_LINES:
+            break
+    return "\n    ".join(kept)
+
+
 def _hint_for(error: BaseException) -> str:
+    message = str(error)
+    for words, hint in _MESSAGE_HINTS:
+        if words in message:
+            return hint
     names = {cls.__name__ for cls in type(error).__mro__}
     for name, hint in _HINTS:
         if any(name in n for n in names):
@@ -61,9 +92,8 @@ def _export(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, An
         return torch.export.export(model, tuple(args), kwargs=dict(kwargs or {}),
                                    dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as error:
-        first_line = (str(error).strip().splitlines() or [""])[0]
         raise CaptureError(f"capture: torch.export failed on {type(model).__name__} with "
-                           f"{type(error).__name__}: {first_line}\n  hint: {_hint_for(error)}"
+                           f"{type(error).__name__}: {_reason(error)}\n  hint: {_hint_for(error)}"
                            ) from error
 
 

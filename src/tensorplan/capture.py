@@ -104,9 +104,10 @@ def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
 
     ``model`` may be an ``nn.Module`` with example ``args``/``kwargs`` and optional
     ``dynamic_shapes`` (as for ``torch.export.export``), an ``ExportedProgram``, or the path of
-    a ``.pt2`` file written by ``torch.export.save``. The result is a new program; the input is
-    never modified. Any export failure raises ``CaptureError`` chained to the original error,
-    with a one-line hint.
+    a ``.pt2`` file written by ``torch.export.save``. The input is never modified: the result is
+    a new program, or the given one when every operator in it is core ATen already (decomposing
+    again would change nothing and takes seconds on a large model). Any export failure raises
+    ``CaptureError`` chained to the original error, with a hint.
 
     >>> ep = capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
     >>> [n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"]
@@ -118,12 +119,24 @@ def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
         program = model
     else:
         program = _export(model, args, kwargs, dynamic_shapes)
+    if _is_core_aten(program):
+        return program
     try:
         return program.run_decompositions()
     except Exception as error:
         raise CaptureError(f"capture: decomposition to core ATen failed with "
                            f"{type(error).__name__}: {error}\n  hint: {_decomposition_hint(error)}"
                            ) from error
+
+
+def _is_core_aten(program: ExportedProgram) -> bool:
+    """Every ATen call in the program and its subgraphs is a core ATen operator."""
+    return all(
+        torch.Tag.core in node.target.tags
+        for module in program.graph_module.modules() if isinstance(module, torch.fx.GraphModule)
+        for node in module.graph.nodes
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+    )
 
 
 def _decomposition_hint(error: Exception) -> str:

@@ -297,3 +297,15 @@ def test_pickled_objects_in_the_program_are_refused_unrun(tmp_path, member, conf
     with pytest.raises(tp.FormatError, match=f"program.pt2: (data|member '{member}')"):
         load_program(bad)
     assert not getattr(builtins, "_tensorplan_pwned", False)
+
+
+def test_a_program_torch_export_cannot_serialize_is_a_format_error(tmp_path):
+    class TopK(torch.nn.Module):
+        def forward(self, x):
+            return torch.topk(x, 2)
+
+    prog = tp.compile(TopK(), (torch.randn(5),))
+    with pytest.raises(tp.FormatError, match="torch.export cannot serialize this program .*"
+                                             "return a plain tuple of tensors"):
+        prog.save(tmp_path / "topk.tplan")
+    assert not list(tmp_path.iterdir())  # nothing half-written

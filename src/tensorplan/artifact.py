@@ -53,7 +53,15 @@ CHECKED_FIELDS = ("storage", "shape", "dtype", "dim_order", "strides", "nbytes",
 def save_program(program: Program, path: str | os.PathLike[str]) -> None:
     """Write ``program`` to ``path`` (replaced atomically); ``load_program`` reads it back."""
     exported = io.BytesIO()
-    torch.export.save(program.exported_program, exported)
+    try:
+        torch.export.save(program.exported_program, exported)
+    except Exception as error:  # torch.export's serializer: NotImplementedError, ValueError, ...
+        message = str(error).splitlines()[0] if str(error) else ""
+        hint = ("an input or output container type (e.g. torch.return_types.topk) has no "
+                "serialized name: return a plain tuple of tensors instead"
+                if "serializ" in message else "the program runs, it only cannot be saved")
+        raise FormatError(f"save: torch.export cannot serialize this program "
+                          f"({type(error).__name__}: {message}); {hint}") from error
     manifest = {"format": FORMAT, "version": FORMAT_VERSION, "torch": torch.__version__}
     partial = f"{os.fspath(path)}.{os.getpid()}.partial"
     try:

@@ -185,3 +185,9 @@ def test_python_m_tensorplan_prints_no_traceback():
     assert result.returncode == 2
     assert result.stderr.startswith("tensorplan plan: error: zoo: no built-in model 'nope'")
     assert "Traceback" not in result.stderr
+
+
+def test_unknown_timeline_format_is_one_line_error(tmp_path, capsys):
+    assert main(["plan", "zoo:mlp", "--timeline", str(tmp_path / "t.xyz")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write" in err and "xyz" in err

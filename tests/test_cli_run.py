@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import torch
 
 import tensorplan as tp
@@ -28,3 +31,55 @@ def test_run_unknown_target_is_one_line_error(capsys):
     assert main(["run", "zoo:nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no built-in model 'nope'" in err
+
+
+FACTORIES = '''
+import re
+
+import pytest
+import torch
+
+calls = 0
+
+def unseeded():
+    global calls
+    calls += 1
+    return torch.nn.Linear(4, 3), (torch.randn(2, 4),)
+
+def raises():
+    raise RuntimeError("boom in factory")
+
+def garbage():
+    return 1, 2
+
+def branchy():
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x
+    return Branchy(), (torch.randn(3),)
+'''
+
+
+def test_run_calls_a_factory_once_and_compares_that_model(tmp_path, monkeypatch, capsys):
+    (tmp_path / "factories_once.py").write_text(FACTORIES)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "factories_once:unseeded", "--runs", "2"]) == 0
+    import factories_once
+
+    assert factories_once.calls == 1
+    assert "yes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("factory, message", [
+    ("raises", "the factory raised RuntimeError: boom in factory"),
+    ("garbage", r"the factory returned \(int, int\); expected a zoo.Example"),
+    ("branchy", "capture: torch.export failed on Branchy"),
+])
+def test_factory_and_capture_failures_are_one_line_errors(tmp_path, monkeypatch, capsys, factory,
+                                                          message):
+    (tmp_path / "factories_bad.py").write_text(FACTORIES)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", f"factories_bad:{factory}"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("tensorplan run")]
+    assert len(lines) == 1 and re.search(message, lines[0])

@@ -154,3 +154,21 @@ def test_optimal_reaches_the_bound_of_challenging_e_within_30_seconds():
     placement = plan_buffers(buffers, algorithm="optimal", time_limit=30)
     assert placement.peak == placement.lower_bound == 1_048_576
     assert placement.optimal is True and placement.search_seconds <= 33
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"id,lower,upper,size\n1,0,2,4\n1,1,3,4\n", ":3: id '1' is already used on line 2"),
+    (b"id,lower,upper,size,size\n1,0,2,4,4\n", ":1: column.s. size appear more than once"),
+    (b"id,lower,upper,size\n1,0,2,\xff\n", "not a UTF-8 CSV file"),
+])
+def test_ambiguous_or_undecodable_instances_are_rejected(tmp_path, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_bytes(content)
+    with pytest.raises(FormatError, match=message):
+        load_instance(path)
+
+
+def test_a_byte_order_mark_and_crlf_lines_are_read(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufeffid,lower,upper,size\r\n7,0,2,64\r\n".encode())
+    assert load_instance(path).problem.buffers == (Buffer(64, 0, 2),)

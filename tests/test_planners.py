@@ -284,3 +284,14 @@ def test_zero_time_limit_returns_the_greedy_plan():
 def test_negative_time_limit_is_rejected():
     with pytest.raises(PlanError, match="time_limit must be >= 0"):
         plan_buffers(STAIRS, algorithm="optimal", time_limit=-1)
+
+
+@pytest.mark.parametrize("time_limit", [float("inf"), float("nan"), "5", True])
+def test_time_limit_must_be_a_finite_number(time_limit):
+    with pytest.raises(PlanError, match="time_limit must be >= 0 seconds"):
+        plan_buffers(STAIRS, algorithm="optimal", time_limit=time_limit)
+
+
+def test_bool_alignment_is_rejected():
+    with pytest.raises(PlanError, match="alignment must be a positive int"):
+        plan_buffers(STAIRS, alignment=True)

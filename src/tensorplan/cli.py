@@ -148,8 +148,9 @@ def _write_outputs(program: Program, args: argparse.Namespace) -> None:
         if path:
             try:
                 write(path)
-            except OSError as error:
-                raise TensorPlanError(f"cannot write {path}: {error.strerror or error}") from None
+            except (OSError, ValueError) as error:  # ValueError: an image format unknown
+                message = error.strerror if isinstance(error, OSError) else None
+                raise TensorPlanError(f"cannot write {path}: {message or error}") from None
             print(f"wrote {what} to {path}")
 
 
@@ -201,7 +202,7 @@ def run_run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         example = load_example(args.target)
-        program = load_target(args.target)
+        program = load_target(args.target, example=example)
     inputs, kwargs = _inputs(program, example)
     eager = None if example is None else (lambda: example.model(*inputs, **kwargs))
     result = compare(lambda: program.run(*inputs, **kwargs), eager, args.runs)
@@ -304,7 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except TensorPlanError as error:
-        print(f"tensorplan {args.command}: error: {error}", file=sys.stderr)
+        text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        print(f"tensorplan {args.command}: error: {text}", file=sys.stderr)
         return EXIT_ERROR
 
 

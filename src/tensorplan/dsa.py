@@ -63,23 +63,32 @@ def load_instance(path: str | Path) -> DsaInstance:
     """
     path = Path(path)
     try:
-        with path.open(newline="") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             table = list(csv.reader(handle))
     except OSError as error:
         raise FormatError(f"cannot read instance {path}: {error.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise FormatError(f"{path}: not a UTF-8 CSV file ({error})") from None
     if not table:
         raise FormatError(f"{path}: empty file, expected a header {','.join(REQUIRED)}")
     columns = tuple(name.strip() for name in table[0])
     missing = [name for name in REQUIRED if name not in columns]
     if missing:
         raise FormatError(f"{path}:1: header lacks column(s) {', '.join(missing)}")
+    repeated = sorted({name for name in columns if columns.count(name) > 1})
+    if repeated:
+        raise FormatError(f"{path}:1: column(s) {', '.join(repeated)} appear more than once")
     ids, buffers, rows = [], [], []
+    first_line: dict[str, int] = {}
     for line, row in enumerate(table[1:], start=2):
         if not row:
             continue
         if len(row) != len(columns):
             raise FormatError(f"{path}:{line}: {len(row)} fields, the header has {len(columns)}")
         values = dict(zip(columns, (field.strip() for field in row), strict=True))
+        if first_line.setdefault(values["id"], line) != line:
+            raise FormatError(f"{path}:{line}: id {values['id']!r} is already used on line "
+                              f"{first_line[values['id']]}; ids must be unique")
         buffers.append(_buffer(path, line, values))
         ids.append(values["id"])
         rows.append(tuple(row))

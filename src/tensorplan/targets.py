@@ -18,6 +18,8 @@ import os
 import sys
 from typing import Any
 
+import torch
+
 from . import zoo
 from .artifact import is_artifact, load_program
 from .errors import InputError
@@ -27,14 +29,17 @@ from .program import Program, compile
 FORMS = "zoo:NAME, package.module:factory, or the path of a .pt2 file"
 
 
-def load_target(target: str, params: PlannerParams | None = None) -> Program:
+def load_target(target: str, params: PlannerParams | None = None,
+                example: zoo.Example | None = None) -> Program:
     """Compile the program ``target`` names (see the module docstring for the forms).
 
     A tensorplan program file keeps its saved plan unless ``params`` is given, in which case
     its embedded program is planned again with them; every other target is compiled with
-    ``params`` (default ``PlannerParams()``). A malformed target raises ``InputError``.
+    ``params`` (default ``PlannerParams()``). ``example`` is the target's ``load_example``
+    when the caller has it already: a factory is called once, so the program is compiled from
+    the very model the caller compares it with. A malformed target raises ``InputError``.
     """
-    example = load_example(target)
+    example = example or load_example(target)
     if example is None:
         return _from_file(target, params)
     return compile(example.model, example.args, example.kwargs,
@@ -83,7 +88,12 @@ def _from_factory(module_name: str, attribute: str) -> zoo.Example:
     if not callable(factory):
         raise InputError(f"target {target!r}: module {module_name!r} has no callable "
                          f"{attribute!r}")
-    return _as_example(factory(), target)
+    try:
+        made = factory()
+    except Exception as error:
+        raise InputError(f"target {target!r}: the factory raised {type(error).__name__}: "
+                         f"{error}") from error
+    return _as_example(made, target)
 
 
 def _import(module_name: str, target: str) -> Any:
@@ -91,9 +101,14 @@ def _import(module_name: str, target: str) -> Any:
         sys.path.insert(0, os.getcwd())
     try:
         return importlib.import_module(module_name)
-    except ImportError as error:
-        raise InputError(f"target {target!r}: cannot import {module_name!r} ({error}); "
-                         f"expected {FORMS}") from error
+    except Exception as error:  # ImportError, or whatever the module raises while it loads
+        raise InputError(f"target {target!r}: cannot import {module_name!r} "
+                         f"({type(error).__name__}: {error}); expected {FORMS}") from error
+
+
+_RETURNS = ("a zoo.Example, (model, args), (model, args, kwargs) or "
+            "(model, args, kwargs, dynamic_shapes) with model an nn.Module, args a tuple or list "
+            "and kwargs a dict")
 
 
 def _as_example(made: Any, target: str) -> zoo.Example:
@@ -102,8 +117,14 @@ def _as_example(made: Any, target: str) -> zoo.Example:
     if isinstance(made, tuple) and 2 <= len(made) <= 4:
         model, args, *rest = made
         kwargs, dynamic_shapes = (*rest, None, None)[:2]
-        return zoo.Example(model, tuple(args), dict(kwargs or {}), dynamic_shapes)
-    raise InputError(f"target {target!r}: the factory returned {type(made).__name__}; expected "
-                     "a zoo.Example, (model, args), (model, args, kwargs) or "
-                     "(model, args, kwargs, dynamic_shapes)")
+        if isinstance(model, torch.nn.Module) and isinstance(args, (tuple, list)) \
+                and isinstance(kwargs, (dict, type(None))):
+            return zoo.Example(model, tuple(args), dict(kwargs or {}), dynamic_shapes)
+    raise InputError(f"target {target!r}: the factory returned {_describe(made)}; expected "
+                     f"{_RETURNS}")
 
+
+def _describe(made: Any) -> str:
+    if isinstance(made, tuple):
+        return "(" + ", ".join(type(item).__name__ for item in made) + ")"
+    return type(made).__name__

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -90,8 +91,12 @@ def plan_buffers(
     if algorithm not in PLANNERS:
         valid = ", ".join(sorted(PLANNERS))
         raise PlanError(f"unknown planning algorithm {algorithm!r}: choose one of {valid}")
-    if time_limit is not None and time_limit < 0:
-        raise PlanError(f"time_limit must be >= 0 seconds, got {time_limit}")
+    if time_limit is not None and not (
+        isinstance(time_limit, (int, float)) and not isinstance(time_limit, bool)
+        and 0 <= time_limit < math.inf
+    ):
+        raise PlanError(f"time_limit must be >= 0 seconds (a finite number) or None, "
+                        f"got {time_limit!r}")
     problem = Problem(tuple(buffers), alignment)
     inst = to_instance(problem)
     bound = max(section_loads(inst), default=0)

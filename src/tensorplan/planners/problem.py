@@ -52,7 +52,8 @@ class Problem:
     alignment: int = 1  # every offset is a multiple of it; sizes are rounded up to it
 
     def __post_init__(self) -> None:
-        if not isinstance(self.alignment, int) or self.alignment < 1:
+        if not isinstance(self.alignment, int) or isinstance(self.alignment, bool) \
+                or self.alignment < 1:
             raise PlanError(f"alignment must be a positive int, got {self.alignment!r}")
         object.__setattr__(self, "buffers", tuple(self.buffers))
         for index, buffer in enumerate(self.buffers):

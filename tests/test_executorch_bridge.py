@@ -225,3 +225,45 @@ def test_importing_tensorplan_does_not_import_executorch() -> None:
     code = ("import sys, tensorplan, tensorplan.integrations.executorch; "
             "assert not [m for m in sys.modules if m.split('.')[0] == 'executorch']")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class PartlyDelegated(torch.nn.Module):
+    """Linear and conv layers XNNPACK takes, with cumsum/sin/flip between them that it leaves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = (torch.nn.Linear(32, 64), torch.nn.Linear(64, 64),
+                                  torch.nn.Linear(64, 16))
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, img: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.cumsum(torch.relu(self.a(x)), -1)
+        h = torch.cumsum(torch.sin(self.b(h)), 0)
+        g = self.conv(img).flatten(1).cumsum(-1)[:, :16]
+        return self.c(h) + g.sum(), h.flip(0)
+
+
+@pytest.mark.slow
+def test_bridge_plans_around_xnnpack_delegates() -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    torch.manual_seed(0)
+    model = PartlyDelegated().eval()
+    args = (torch.randn(8, 32), torch.randn(2, 3, 8, 8))
+    with torch.no_grad():
+        expected = model(*args)
+    exported = torch.export.export(model, args)
+    arenas = []
+    for bridge in (False, True):
+        passes = {"memory_planning_pass": MemoryPlanningPass(
+            memory_planning_algo=tensorplan_memory_planning(algorithm="auto"))} if bridge else {}
+        program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]) \
+            .to_executorch(ExecutorchBackendConfig(**passes))
+        graph = program.exported_program().graph_module.graph
+        assert sum("executorch_call_delegate" in str(n.target) for n in graph.nodes) >= 2
+        for got, want in zip(_execute(program, args), expected, strict=True):
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        _verify(program)
+        arenas.append(_arena(program))
+    assert arenas[1] <= arenas[0]

@@ -9,7 +9,9 @@ Rules (DESIGN rule 5):
   schema);
 - parameters, lifted constants and never-mutated buffers have no storage (they are not in the
   arena); a mutated buffer is one ``state`` storage that keeps its value across runs, and the
-  value written back to it shares that storage when no later node still reads the old value;
+  value written back to it shares that storage when it is laid out like the buffer and nothing
+  reads the old value after it is first written (see ``_can_share``); otherwise it is copied
+  back after the run;
 - subgraph inputs of ``cond``/``while_loop``/``map``/``scan`` are the parent storages they are
   called with; everything else gets a fresh storage.
 

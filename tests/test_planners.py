@@ -169,15 +169,22 @@ def test_non_buffer_is_rejected():
         plan_buffers([(1, 0, 1)])
 
 
-buffer_sets = st.lists(
-    st.builds(
-        lambda size, start, length: Buffer(size, start, start + length),
-        st.integers(0, 64),
-        st.integers(0, 30),
-        st.integers(1, 12),
-    ),
-    max_size=40,
-)
+def buffer_lists(sizes: tuple[int, int], starts: int, length: int, count: tuple[int, int]):
+    """Hypothesis lists of ``count`` (min, max) buffers with sizes in ``sizes``, starts up to
+    ``starts`` and lifetimes of 1 to ``length`` steps."""
+    return st.lists(
+        st.builds(
+            lambda size, first, span: Buffer(size, first, first + span),
+            st.integers(*sizes),
+            st.integers(0, starts),
+            st.integers(1, length),
+        ),
+        min_size=count[0],
+        max_size=count[1],
+    )
+
+
+buffer_sets = buffer_lists(sizes=(0, 64), starts=30, length=12, count=(0, 40))
 
 
 @settings(max_examples=200, deadline=None)
@@ -232,16 +239,7 @@ def test_optimal_proves_a_peak_above_the_lower_bound():
     assert (placement.peak, placement.optimal) == (6, True)
 
 
-small_sets = st.lists(
-    st.builds(
-        lambda size, start, length: Buffer(size, start, start + length),
-        st.integers(1, 9),
-        st.integers(0, 6),
-        st.integers(1, 5),
-    ),
-    min_size=1,
-    max_size=7,
-)
+small_sets = buffer_lists(sizes=(1, 9), starts=6, length=5, count=(1, 7))
 
 
 @settings(max_examples=60, deadline=None)

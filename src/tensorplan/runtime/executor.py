@@ -21,7 +21,7 @@ from ..plan import MemoryPlan
 from ..spec import SpecTable, TensorSpec
 from ..trace import program_shape_env
 from .arena import Arena
-from .control_flow import CONTROL_FLOW
+from .control_flow import CONTROL_FLOW, assign
 from .graph import GraphRunner, RunContext
 from .inputs import bind_inputs, constant_inputs, flatten_inputs, user_input_names
 
@@ -41,32 +41,6 @@ def _state_buffers(program: ExportedProgram) -> dict[str, str]:
     mutated = set(signature.buffers_to_mutate.values())
     return {name: target for name, target in signature.inputs_to_buffers.items()
             if target in mutated}
-
-
-def _write_back(writes: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """Copy each new state value into its state, all at once: a value that lies in another
-    state's memory (``a, b = b, a``; ``b := a`` then ``a *= 2``) is read before any is written."""
-    targets = [state for state, value in writes if value.data_ptr() != state.data_ptr()]
-    staged = [(state, value.clone() if any(_overlap(value, t) for t in targets if t is not state)
-               else value) for state, value in writes if value.data_ptr() != state.data_ptr()]
-    for state, value in staged:
-        state.copy_(value)
-
-
-def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """The two tensors' memory ranges intersect (same storage, overlapping byte spans)."""
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-    start_a, start_b = a.data_ptr(), b.data_ptr()
-    return start_a < start_b + _span(b) and start_b < start_a + _span(a)
-
-
-def _span(t: torch.Tensor) -> int:
-    """Bytes from the tensor's first element to just past its last."""
-    if t.numel() == 0:
-        return 0
-    return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-            + 1) * t.element_size()
 
 
 class Executor:
@@ -144,5 +118,7 @@ class Executor:
             else:
                 results.append(value.clone() if copy_outputs and isinstance(value, torch.Tensor)
                                else value)
-        _write_back(writes)
+        # all at once: a value in another state's memory (a, b = b, a) is read before any write
+        pending = [(state, new) for state, new in writes if new.data_ptr() != state.data_ptr()]
+        assign([state for state, _ in pending], [new for _, new in pending])
         return pytree.tree_unflatten(results, self.out_spec)

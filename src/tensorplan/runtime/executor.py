@@ -23,7 +23,7 @@ from ..trace import program_shape_env
 from .arena import Arena
 from .control_flow import CONTROL_FLOW, assign
 from .graph import GraphRunner, RunContext
-from .inputs import bind_inputs, constant_inputs, flatten_inputs, user_input_names
+from .inputs import bind_inputs, flatten_inputs, specialised_arguments, user_input_names
 
 
 def _constants(program: ExportedProgram) -> dict[str, torch.Tensor]:
@@ -51,7 +51,7 @@ class Executor:
         self.program = program
         signature = program.graph_signature
         self.user_inputs = user_input_names(signature)
-        self.constant_inputs = constant_inputs(signature)
+        self.specialised_arguments = specialised_arguments(signature)
         call_spec = program.call_spec  # built anew on each access: read it once
         self.in_spec, self.out_spec = call_spec.in_spec, call_spec.out_spec
         leaves = self.in_spec.num_leaves
@@ -100,7 +100,7 @@ class Executor:
         else:
             flat = flatten_inputs(self.in_spec, args, kwargs)
         bindings = bind_inputs(self.program, self.user_inputs, flat, self.ctx.specs,
-                               self.input_shapes, self.constant_inputs)
+                               self.input_shapes, self.specialised_arguments)
         frame = self.runner.frame(bindings)
         for slot, value in zip(self.input_slots, flat, strict=True):
             if isinstance(value, torch.Tensor):

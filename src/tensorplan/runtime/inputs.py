@@ -26,7 +26,7 @@ def user_input_names(signature: ExportGraphSignature) -> list[str]:
     return [spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
 
 
-def constant_inputs(signature: ExportGraphSignature) -> dict[str, Any]:
+def specialised_arguments(signature: ExportGraphSignature) -> dict[str, Any]:
     """Name -> value of the user inputs the program was specialised to (non-tensor arguments)."""
     return {spec.arg.name: spec.arg.value for spec in signature.input_specs
             if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument)}

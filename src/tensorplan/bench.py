@@ -8,15 +8,11 @@ when the eager model is known, compared with it and timed next to it.
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from torch.export import ExportedProgram
-
-from tensorplan.artifact import is_artifact, load_program
 from tensorplan.capture import capture
 from tensorplan.dsa import load_instance
 from tensorplan.errors import InputError
@@ -24,7 +20,7 @@ from tensorplan.planners import plan_buffers
 from tensorplan.planners.dispatch import PLANNERS
 from tensorplan.program import Program, compile
 from tensorplan.report.compare import Comparison, compare
-from tensorplan.targets import load_example, target_name
+from tensorplan.targets import load_example, load_exported, target_name
 
 
 @dataclass(frozen=True)
@@ -94,7 +90,7 @@ def _bench_model(
         warnings.simplefilter("ignore", FutureWarning)
         example = load_example(target)
         if example is None:
-            program = _exported_file(target)
+            program = load_exported(target)
             if program.example_inputs is None:
                 raise InputError(f"bench: {target} holds no example inputs to run it on")
             args, kwargs = program.example_inputs
@@ -110,13 +106,6 @@ def _bench_model(
             result = compare(lambda p=compiled: p.run(*args, **kwargs), eager, runs)
             rows.append(_model_row(target, algorithm, compiled, seconds, result))
     return rows
-
-
-def _exported_file(path: str) -> ExportedProgram:
-    """The program in a ``.pt2`` file or a tensorplan program file, not planned yet."""
-    if not os.path.isfile(path):
-        raise InputError(f"target {path!r}: no such file")
-    return load_program(path).exported_program if is_artifact(path) else capture(path)
 
 
 def _model_row(

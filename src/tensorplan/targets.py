@@ -19,9 +19,11 @@ import sys
 from typing import Any
 
 import torch
+from torch.export import ExportedProgram
 
 from . import zoo
 from .artifact import is_artifact, load_program
+from .capture import capture
 from .errors import InputError
 from .plan import PlannerParams
 from .program import Program, compile
@@ -73,13 +75,22 @@ def _options(params: PlannerParams | None) -> dict[str, Any]:
     return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit}
 
 
+def load_exported(path: str) -> ExportedProgram:
+    """The program in a ``.pt2`` file or a tensorplan program file, not planned yet."""
+    _require_file(path)
+    return load_program(path).exported_program if is_artifact(path) else capture(path)
+
+
 def _from_file(path: str, params: PlannerParams | None) -> Program:
+    _require_file(path)
+    if params is None and is_artifact(path):
+        return load_program(path)
+    return compile(load_exported(path), **_options(params))
+
+
+def _require_file(path: str) -> None:
     if not os.path.isfile(path):
         raise InputError(f"target {path!r}: no such file")
-    if not is_artifact(path):
-        return compile(path, **_options(params))
-    program = load_program(path)
-    return program if params is None else compile(program.exported_program, **_options(params))
 
 
 def _from_factory(module_name: str, attribute: str) -> zoo.Example:

@@ -156,6 +156,24 @@ def test_optimal_reaches_the_bound_of_challenging_e_within_30_seconds():
     assert placement.optimal is True and placement.search_seconds <= 33
 
 
+def test_auto_reaches_the_bound_of_bert_base():
+    # 5,620 buffers, too many pairs to search whole; greedy and squeaky-wheel repair stop
+    # 2,052 B above the bound, a window probe around the one full section closes the gap
+    buffers = load_instance(dsa_dir() / "bert_base.csv").problem.buffers
+    placement = plan_buffers(buffers, algorithm="auto", time_limit=30)
+    assert placement.peak == placement.lower_bound == 15_734_934_689
+    assert placement.optimal is True and placement.algorithm == "optimal"
+
+
+@pytest.mark.slow
+def test_auto_reaches_the_bound_of_pangu():
+    # greedy lands 0.76 % above; one squeaky-wheel pass reaches the bound
+    buffers = load_instance(dsa_dir() / "pangu_2.6B.csv").problem.buffers
+    placement = plan_buffers(buffers, algorithm="auto")
+    assert placement.peak == placement.lower_bound == 5_530_099_775
+    assert placement.optimal is True
+
+
 @pytest.mark.parametrize("content, message", [
     (b"id,lower,upper,size\n1,0,2,4\n1,1,3,4\n", ":3: id '1' is already used on line 2"),
     (b"id,lower,upper,size,size\n1,0,2,4,4\n", ":1: column.s. size appear more than once"),

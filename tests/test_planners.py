@@ -15,6 +15,9 @@ from tensorplan.planners.greedy import best_greedy
 from tensorplan.planners.improve import squeaky_wheel
 from tensorplan.planners.instance import peak_of, section_loads, to_instance
 from tensorplan.planners.occupancy import OccupancyIndex, add_range, best_fit
+from tensorplan.planners.search import fit
+from tensorplan.planners.tables import build_tables
+from tensorplan.planners.window import largest_live, tight_span, window_fit
 from tensorplan.validate import find_overlaps
 
 
@@ -249,6 +252,36 @@ def test_optimal_matches_brute_force(buffers):
     assert placement.optimal is True
     assert placement.peak == _brute_force_peak(buffers)
     assert _verified(buffers, placement)
+
+
+@settings(max_examples=100, deadline=None)
+@given(buffer_lists(sizes=(1, 9), starts=12, length=6, count=(1, 14)), st.integers(0, 4))
+def test_window_probes_are_exact_with_an_unlimited_budget(buffers, extra):
+    # a window's buffers clipped to it are a relaxation, and the window grows up to the whole
+    # instance: with no budget limit a window probe finds a plan exactly when one fits
+    inst = to_instance(Problem(tuple(buffers)))
+    cap = max(section_loads(inst)) + extra
+    whole = fit(build_tables(inst), cap, Budget(None))
+    _, order = best_greedy(inst, cap)
+    windowed = window_fit(inst, cap, order, Budget(None), max_pairs=10**6)
+    assert (windowed.offsets is None) == (whole.offsets is None)
+    if windowed.offsets is None:
+        assert windowed.exhausted is True
+    else:
+        assert peak_of(inst, windowed.offsets) <= cap
+        starts, ends = list(inst.starts), list(inst.ends)
+        assert find_overlaps(list(inst.sizes), starts, ends, windowed.offsets) == []
+
+
+def test_a_window_probe_searches_only_around_the_tight_sections():
+    # sections 0-1 are full at capacity 6; the buffer live in section 3 has room to spare
+    inst = to_instance(Problem((Buffer(3, 0, 2), Buffer(3, 0, 1), Buffer(2, 1, 2),
+                                Buffer(1, 1, 3), Buffer(2, 3, 5))))
+    assert largest_live(inst) == [3, 3, 1, 2]
+    assert tight_span(inst, 6) == (0, 2)
+    assert tight_span(inst, 9) == (0, 1)  # nothing tight: the (first) fullest section
+    verdict = window_fit(inst, 6, [4, 0, 1, 2, 3], Budget(None), max_pairs=100)
+    assert verdict.offsets is not None and peak_of(inst, verdict.offsets) == 6
 
 
 @settings(max_examples=60, deadline=None)

@@ -24,11 +24,13 @@ def _pass(inst: Instance, order: list[int], budget: Budget) -> list[int] | None:
 
 
 def squeaky_wheel(
-    inst: Instance, order: list[int], offsets: list[int], bound: int, budget: Budget
+    inst: Instance, order: list[int], offsets: list[int], bound: int, budget: Budget,
+    patience: int | None = None,
 ) -> list[int]:
     """The best plan found by repeatedly promoting the buffers above ``bound``; never worse.
 
-    ``offsets`` is the plan ``order`` gave; the loop stops at ``bound`` or when ``budget`` ends.
+    ``offsets`` is the plan ``order`` gave; the loop stops at ``bound``, when ``budget`` ends,
+    or after ``patience`` passes in a row that found no better plan (None: never).
 
     Order [1, 0, 3, 2] peaks at 6 (buffer 2 on top); promoting buffer 2 reaches the bound 5:
 
@@ -38,8 +40,8 @@ def squeaky_wheel(
     """
     sizes = inst.sizes
     best, best_peak = offsets, max(map(sum, zip(offsets, sizes, strict=True)), default=0)
-    current = offsets
-    while best_peak > bound:
+    current, idle = offsets, 0
+    while best_peak > bound and idle != patience:
         above = [i for i in order if current[i] + sizes[i] > bound]
         promoted = set(above)
         order = above + [i for i in order if i not in promoted]
@@ -48,6 +50,7 @@ def squeaky_wheel(
             break
         current = placed
         peak = max(map(sum, zip(current, sizes, strict=True)), default=0)
+        idle += 1
         if peak < best_peak:
-            best, best_peak = current, peak
+            best, best_peak, idle = current, peak, 0
     return best

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from tensorplan.planners.instance import Instance, section_loads
@@ -62,3 +63,16 @@ def build_tables(inst: Instance) -> SearchTables:
         members=section_members(inst),
         loads=tuple(section_loads(inst)),
     )
+
+
+def overlapping_pairs(inst: Instance) -> int:
+    """How many pairs of buffers share a section, counted in O(n log n) without listing them.
+
+    >>> overlapping_pairs(Instance((1, 1, 1), (0, 1, 2), (2, 3, 3), 3, (0, 1, 2)))
+    2
+    """
+    starts, ends = sorted(inst.starts), sorted(inst.ends)
+    total = 0
+    for start, end in zip(inst.starts, inst.ends, strict=True):
+        total += bisect_left(starts, end) - bisect_right(ends, start)
+    return (total - len(inst.sizes)) // 2

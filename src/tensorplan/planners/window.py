@@ -1,0 +1,138 @@
+"""Window probes: the decision search on the part of a large instance where memory is tight.
+
+On model traces the load comes close to the capacity in a few sections only; elsewhere there
+is room to spare, and the whole instance is far too big to search. A window probe searches
+the buffers live in a window of sections around the tight ones, their lifetimes clipped to the
+window (a relaxation: if they do not fit there, no plan fits), keeps the offsets it found, and
+places every other buffer around them by best fit. When that completion goes over the
+capacity, the window grows to cover the buffers that stuck out and the probe runs again.
+
+A section is *tight* when some buffer live in it is larger than the room the capacity leaves
+there (capacity minus load): where every buffer fits in the spare room, best fit does not need
+the search's help.
+"""
+
+from __future__ import annotations
+
+from operator import sub
+
+from tensorplan.planners.budget import Budget
+from tensorplan.planners.improve import STEPS_PER_PLACEMENT
+from tensorplan.planners.instance import Instance, section_loads
+from tensorplan.planners.occupancy import OccupancyIndex
+from tensorplan.planners.search import Verdict, fit
+from tensorplan.planners.tables import build_tables, overlapping_pairs
+
+
+def largest_live(inst: Instance) -> list[int]:
+    """The largest size live in each section (0 where nothing is), largest buffers first.
+
+    Each section is written once: ``skip`` jumps over runs of sections already written.
+
+    >>> largest_live(Instance((1, 5, 2), (0, 1, 3), (2, 3, 4), 5, (0, 1, 2)))
+    [1, 5, 5, 2, 0]
+    """
+    largest = [0] * inst.sections
+    skip = list(range(inst.sections + 1))  # skip[s]: first section >= s not yet written
+
+    def unwritten(s: int) -> int:
+        root = s
+        while skip[root] != root:
+            root = skip[root]
+        while skip[s] != root:
+            skip[s], s = root, skip[s]
+        return root
+
+    for i in sorted(range(len(inst.sizes)), key=lambda k: -inst.sizes[k]):
+        s = unwritten(inst.starts[i])
+        while s < inst.ends[i]:
+            largest[s] = inst.sizes[i]
+            skip[s] = s + 1
+            s = unwritten(s + 1)
+    return largest
+
+
+def tight_span(inst: Instance, cap: int) -> tuple[int, int]:
+    """The sections ``[lo, hi)`` from the first tight section to the last (the fullest section
+    alone when none is tight).
+
+    >>> tight_span(Instance((1, 5, 2), (0, 1, 3), (2, 3, 4), 5, (0, 1, 2)), 6)
+    (1, 3)
+    """
+    loads = section_loads(inst)
+    tight = [s for s, (load, big) in enumerate(zip(loads, largest_live(inst), strict=True))
+             if big > cap - load]
+    if not tight:
+        fullest = max(range(inst.sections), key=loads.__getitem__)
+        return fullest, fullest + 1
+    return tight[0], tight[-1] + 1
+
+
+def clip(inst: Instance, lo: int, hi: int) -> tuple[Instance, list[int]]:
+    """The buffers live in sections ``[lo, hi)`` with lifetimes cut to them, and their indices.
+
+    >>> part, inside = clip(Instance((1, 5, 2), (0, 1, 3), (2, 3, 4), 5, (0, 1, 2)), 1, 3)
+    >>> part.sizes, part.starts, part.ends, part.sections, part.widths, inside
+    ((1, 5), (0, 0), (1, 2), 2, (2, 2), [0, 1])
+    """
+    inside = [i for i in range(len(inst.sizes)) if inst.starts[i] < hi and inst.ends[i] > lo]
+    part = Instance(
+        sizes=tuple(inst.sizes[i] for i in inside),
+        starts=tuple(max(inst.starts[i], lo) - lo for i in inside),
+        ends=tuple(min(inst.ends[i], hi) - lo for i in inside),
+        sections=hi - lo,
+        source=tuple(inside),
+        widths=tuple(inst.width(i) for i in inside),
+        unit=inst.unit,
+    )
+    return part, inside
+
+
+def complete(inst: Instance, fixed: dict[int, int], order: list[int]) -> list[int]:
+    """Offsets of every buffer: ``fixed`` ones where they are, the others by best fit around
+    them, in ``order``.
+
+    >>> complete(Instance((2, 2, 1), (0, 1, 2), (2, 3, 3), 3, (0, 1, 2)), {1: 0}, [0, 1, 2])
+    [2, 0, 2]
+    """
+    offsets = [0] * len(inst.sizes)
+    index = OccupancyIndex(inst.sections, max(map(sub, inst.ends, inst.starts), default=1))
+    for i, offset in fixed.items():
+        offsets[i] = offset
+        index.add(offset, offset + inst.sizes[i], inst.starts[i], inst.ends[i])
+    for i in order:
+        if i not in fixed:
+            offsets[i] = index.place(inst.starts[i], inst.ends[i], inst.sizes[i])
+    return offsets
+
+
+def window_fit(
+    inst: Instance, cap: int, order: list[int], budget: Budget, max_pairs: int
+) -> Verdict:
+    """Search for a plan with peak <= ``cap`` through growing windows (see the module).
+
+    ``order`` is the best-fit order of the completion. The verdict is exhausted without a plan
+    only when the buffers of a window cannot fit (so no plan fits); it is unresolved when the
+    budget runs out or the next window would hold more than ``max_pairs`` overlapping pairs.
+
+    >>> inst = Instance((3, 3, 1, 2), (0, 3, 0, 1), (1, 5, 2, 4), 5, (0, 1, 2, 3))
+    >>> window_fit(inst, 5, [1, 0, 3, 2], Budget(None), 100).offsets
+    [0, 2, 3, 0]
+    """
+    sizes, starts, ends = inst.sizes, inst.starts, inst.ends
+    lo, hi = tight_span(inst, cap)
+    while True:
+        part, inside = clip(inst, lo, hi)
+        if overlapping_pairs(part) > max_pairs:
+            return Verdict(None, False)
+        found = fit(build_tables(part), cap, budget)
+        if found.offsets is None:
+            return found
+        if not budget.spend(len(order) * STEPS_PER_PLACEMENT):
+            return Verdict(None, False)
+        offsets = complete(inst, dict(zip(inside, found.offsets, strict=True)), order)
+        out = [i for i in range(len(sizes)) if offsets[i] + sizes[i] > cap]
+        if not out:
+            return Verdict(offsets, False)
+        lo = min(lo, *map(starts.__getitem__, out))
+        hi = max(hi, *map(ends.__getitem__, out))

@@ -15,7 +15,7 @@ from tensorplan.planners.greedy import best_greedy
 from tensorplan.planners.improve import squeaky_wheel
 from tensorplan.planners.instance import peak_of, section_loads, to_instance
 from tensorplan.planners.occupancy import OccupancyIndex, add_range, best_fit
-from tensorplan.planners.search import fit
+from tensorplan.planners.search import Probe, Verdict, fit, settle
 from tensorplan.planners.tables import build_tables
 from tensorplan.planners.window import largest_live, tight_span, window_fit
 from tensorplan.validate import find_overlaps
@@ -273,13 +273,39 @@ def test_window_probes_are_exact_with_an_unlimited_budget(buffers, extra):
         assert find_overlaps(list(inst.sizes), starts, ends, windowed.offsets) == []
 
 
+@settings(max_examples=60, deadline=None)
+@given(buffer_lists(sizes=(1, 9), starts=12, length=6, count=(1, 14)), st.integers(0, 3))
+def test_a_probe_advanced_in_small_turns_ends_as_if_run_at_once(buffers, extra):
+    # the orders race in turns of a fixed number of steps, whatever the caller's turns are:
+    # pausing and resuming changes nothing
+    inst = to_instance(Problem(tuple(buffers)))
+    tables = build_tables(inst)
+    cap = max(section_loads(inst)) + extra
+    at_once = settle(Probe(tables, cap, Budget(None)))
+    probe, verdict = Probe(tables, cap, Budget(None)), None
+    while verdict is None:
+        verdict = probe.advance(1)
+    assert verdict == at_once
+
+
+def test_a_paused_probe_can_be_dropped_and_its_tables_reused():
+    inst = to_instance(Problem(tuple(GREEDY_MISSES)))
+    tables = build_tables(inst)
+    paused = Probe(tables, 5, Budget(None))
+    paused.advance(1)
+    paused.close()
+    assert settle(Probe(tables, 5, Budget(None))).offsets == [0, 2, 3, 0]
+    assert settle(Probe(tables, 4, Budget(None))) == Verdict(None, True)
+
+
 def test_a_window_probe_searches_only_around_the_tight_sections():
     # sections 0-1 are full at capacity 6; the buffer live in section 3 has room to spare
     inst = to_instance(Problem((Buffer(3, 0, 2), Buffer(3, 0, 1), Buffer(2, 1, 2),
                                 Buffer(1, 1, 3), Buffer(2, 3, 5))))
     assert largest_live(inst) == [3, 3, 1, 2]
-    assert tight_span(inst, 6) == (0, 2)
-    assert tight_span(inst, 9) == (0, 1)  # nothing tight: the (first) fullest section
+    loads, largest = section_loads(inst), largest_live(inst)
+    assert tight_span(loads, largest, 6) == (0, 2)
+    assert tight_span(loads, largest, 9) == (0, 1)  # nothing tight: the (first) fullest section
     verdict = window_fit(inst, 6, [4, 0, 1, 2, 3], Budget(None), max_pairs=100)
     assert verdict.offsets is not None and peak_of(inst, verdict.offsets) == 6
 

@@ -2,15 +2,13 @@
 
 On large instances the greedy plan is first repaired by re-placing its buffers with the ones
 above the bound promoted (``improve.py``). Then the peak lies between the lower bound ``lo``
-and the best plan found so far. Each probe asks the decision search for a plan under a
-capacity, on the whole instance (``search.fit``) or, on large ones, on windows of it around
-the tight sections (``window.window_fit``): first the lower bound itself
-(most instances reach it, so it gets most of the budget), then halfway between what is refuted
-or unresolved and the best peak. A found plan lowers the best peak, a refuted capacity raises
-``lo``; the best plan is proven optimal once ``lo`` reaches its peak. A probe after which no
-capacity would be left gets all of the remaining budget. How hard a capacity is to resolve is
-far from monotone (challenging_D: a plan at 1025 units takes 88k steps, at 1026 more than
-1.5M, at 1024 522k), so no schedule is right for every instance.
+and the best plan found so far, and resumable probes ask the decision search for a plan under
+a capacity: on the whole instance (``search.Probe``) or, on large ones, on windows of it
+around the tight sections (``window.WindowProbe``). A ladder of probes runs side by side:
+the one at ``lo`` (most instances reach their bound, so it gets half of the steps) and one per
+distance 1, 2, 4, ... below the best peak (see ``_capacity_search``). A found plan lowers the
+best peak, a refuted capacity raises ``lo``; the best plan is proven optimal once ``lo``
+reaches its peak.
 
 Budgets are counted in search steps (``SearchParams.steps_per_second`` per second of the time
 limit) so that a run is repeatable, with the wall clock as a safety net.
@@ -25,9 +23,9 @@ from tensorplan.planners.budget import Budget
 from tensorplan.planners.greedy import best_greedy
 from tensorplan.planners.improve import squeaky_wheel
 from tensorplan.planners.instance import Instance, peak_of
-from tensorplan.planners.search import Verdict, fit
+from tensorplan.planners.search import Probe, Resumable
 from tensorplan.planners.tables import build_tables
-from tensorplan.planners.window import window_fit
+from tensorplan.planners.window import Windows
 
 
 @dataclass(frozen=True)
@@ -36,14 +34,16 @@ class SearchParams:
 
     optimal_seconds: float = 30.0  # budget of algorithm="optimal" when no time_limit is given
     auto_seconds: float = 1.0  # budget of algorithm="auto" for its first 1,000 buffers ...
-    auto_seconds_per_1000: float = 0.5  # ... plus this much per further 1,000 buffers
+    auto_seconds_per_1000: float = 1.0  # ... plus this much per further 1,000 buffers
     auto_max_seconds: float = 5.0  # ... and never more than this
     steps_per_second: int = 120_000  # search steps one second of budget buys (repeatable runs;
     # the search makes 115-175k a second on challenging_* here with the other core busy)
     repair_share: float = 0.5  # most of the budget squeaky-wheel repair may take ...
     repair_patience: int = 1  # ... as it stops after this many passes without a better plan
     repair_min_buffers: int = 1_000  # from this size: repair, then window probes (window.py)
-    first_probe_share: float = 2 / 3  # share of the rest for the probe at the lower bound
+    turn_steps: int = 4096  # budget steps a probe of the capacity search runs in one turn
+    epoch_turns: int = 16  # turns the capacity ladder stays put without news ...
+    epoch_growth: int = 4  # ... twice as many after this many epochs
     max_pairs: int = 2_000_000  # time-overlapping pairs above which a window is not searched
 
 
@@ -60,7 +60,7 @@ def auto_seconds(n: int, params: SearchParams) -> float:
     """Default search budget of algorithm="auto" for ``n`` buffers.
 
     >>> auto_seconds(500, SearchParams()), auto_seconds(5_000, SearchParams())
-    (1.0, 3.0)
+    (1.0, 5.0)
     """
     extra = max(n - 1000, 0) / 1000 * params.auto_seconds_per_1000
     return min(params.auto_seconds + extra, params.auto_max_seconds)
@@ -109,41 +109,79 @@ def _repair(
     return best
 
 
-Probe = Callable[[int, Budget], Verdict]
+ProbeMaker = Callable[[int, Budget], Resumable]  # a resumable probe at a capacity
 
 
-def _whole_probe(inst: Instance) -> Probe:
+def _whole_probe(inst: Instance) -> ProbeMaker:
     """Probes that search the whole instance."""
     tables = build_tables(inst)
-    return lambda cap, budget: fit(tables, cap, budget)
+    return lambda cap, budget: Probe(tables, cap, budget)
 
 
-def _window_probe(inst: Instance, order: list[int], max_pairs: int) -> Probe:
+def _window_probe(inst: Instance, order: list[int], max_pairs: int) -> ProbeMaker:
     """Probes that search windows around the tight sections, completed in ``order``."""
-    return lambda cap, budget: window_fit(inst, cap, order, budget, max_pairs)
+    return Windows(inst, order, max_pairs).probe
+
+
+def ladder(lo: int, best: int, epoch: int = 0) -> list[int]:
+    """The capacities probed at once: ``lo``, and one capacity ``best - d - epoch % d`` per
+    distance ``d`` = 1, 2, 4, ... below ``best``, so that over the epochs each walks its own
+    stretch ``[best - 2d + 1, best - d]``.
+
+    >>> ladder(963, 1040), ladder(963, 1040, epoch=3)
+    ([963, 976, 1008, 1024, 1032, 1036, 1038, 1039], [963, 973, 1005, 1021, 1029, 1033, 1037, 1039])
+    """
+    caps = {lo}
+    d = 1
+    while best - d > lo:
+        caps.add(max(best - d - epoch % d, lo + 1))
+        d *= 2
+    return sorted(caps)
 
 
 def _capacity_search(
-    inst: Instance, probe: Probe, bound: int, best: list[int], budget: Budget,
+    inst: Instance, make: ProbeMaker, bound: int, best: list[int], budget: Budget,
     params: SearchParams,
 ) -> tuple[list[int], int]:
-    """Probe capacities with the decision search: the best plan and the proven lower bound."""
+    """Probe capacities with the decision search: the best plan and the proven lower bound.
+
+    The probes on the ladder between ``lo`` and the best peak run side by side, resumed in
+    turns of ``turn_steps``; the probe at ``lo`` gets as many steps as all of the others
+    together. How hard a capacity is to resolve is far from monotone (challenging_D, one
+    search order: 1025 units 14k steps, 1024 134k, 1010 12k, 1026 over 800k), so the ladder
+    moves on to its next epoch after every ``epoch_turns`` turns without news (twice as many
+    every ``epoch_growth`` epochs): probes whose capacity stays on it go on from where they
+    were, the others make room for new capacities. A plan found lowers the best peak, a
+    refuted capacity raises ``lo``; either way the ladder starts again from epoch 0.
+    """
     best_peak = peak_of(inst, best)
-    lo = soft_lo = bound
-    share = params.first_probe_share
-    while soft_lo < best_peak and not budget.expired:
-        cap = soft_lo if soft_lo == bound else (soft_lo + best_peak - 1) // 2
-        last = cap + 1 >= best_peak  # if this probe fails, no capacity is left to try
-        step_budget = Budget(budget.left(), _steps_left(budget, 1.0 if last else share))
-        verdict = probe(cap, step_budget)
-        budget.spend(step_budget.steps)
-        share = 0.5
+    lo = bound
+    probes: dict[int, Resumable] = {}
+    epoch = turns = 0
+    while lo < best_peak and not budget.expired:
+        if turns >= params.epoch_turns << (epoch // params.epoch_growth):
+            epoch, turns = epoch + 1, 0
+        caps = ladder(lo, best_peak, epoch)
+        for cap in [cap for cap in probes if cap not in caps]:
+            probes.pop(cap).close()
+        verdict = None
+        for cap in caps:
+            probe = probes.setdefault(cap, make(cap, budget))
+            share = max(len(caps) - 1, 1) if cap == lo else 1
+            verdict = probe.advance(share * params.turn_steps)
+            if verdict is not None:
+                del probes[cap]
+                break
+        turns += 1
+        if verdict is None or (verdict.offsets is None and not verdict.exhausted):
+            continue  # all paused, or out of budget (the loop ends)
         if verdict.offsets is not None:
             best, best_peak = verdict.offsets, peak_of(inst, verdict.offsets)
-        elif verdict.exhausted:
-            lo = soft_lo = cap + 1
         else:
-            soft_lo = cap + 1
+            lo = cap + 1
+        epoch = turns = 0
+    for probe in probes.values():
+        probe.close()
     return best, lo
 
 

@@ -20,8 +20,8 @@ from tensorplan.planners.budget import Budget
 from tensorplan.planners.improve import STEPS_PER_PLACEMENT
 from tensorplan.planners.instance import Instance, section_loads
 from tensorplan.planners.occupancy import OccupancyIndex
-from tensorplan.planners.search import Verdict, fit
-from tensorplan.planners.tables import build_tables, overlapping_pairs
+from tensorplan.planners.search import Probe, Verdict, settle
+from tensorplan.planners.tables import SearchTables, build_tables, overlapping_pairs
 
 
 def largest_live(inst: Instance) -> list[int]:
@@ -52,18 +52,17 @@ def largest_live(inst: Instance) -> list[int]:
     return largest
 
 
-def tight_span(inst: Instance, cap: int) -> tuple[int, int]:
+def tight_span(loads: list[int], largest: list[int], cap: int) -> tuple[int, int]:
     """The sections ``[lo, hi)`` from the first tight section to the last (the fullest section
-    alone when none is tight).
+    alone when none is tight), given each section's load and largest live size.
 
-    >>> tight_span(Instance((1, 5, 2), (0, 1, 3), (2, 3, 4), 5, (0, 1, 2)), 6)
+    >>> tight_span([1, 6, 5, 2, 0], [1, 5, 5, 2, 0], 6)
     (1, 3)
     """
-    loads = section_loads(inst)
-    tight = [s for s, (load, big) in enumerate(zip(loads, largest_live(inst), strict=True))
+    tight = [s for s, (load, big) in enumerate(zip(loads, largest, strict=True))
              if big > cap - load]
     if not tight:
-        fullest = max(range(inst.sections), key=loads.__getitem__)
+        fullest = max(range(len(loads)), key=loads.__getitem__)
         return fullest, fullest + 1
     return tight[0], tight[-1] + 1
 
@@ -106,6 +105,84 @@ def complete(inst: Instance, fixed: dict[int, int], order: list[int]) -> list[in
     return offsets
 
 
+class Windows:
+    """The windows of one instance, each clipped and tabled once and shared by the probes at
+    every capacity (near capacities mostly ask for the same window)."""
+
+    def __init__(self, inst: Instance, order: list[int], max_pairs: int) -> None:
+        self.inst, self.order, self.max_pairs = inst, order, max_pairs
+        self.loads, self.largest = section_loads(inst), largest_live(inst)
+        self._made: dict[tuple[int, int], tuple[SearchTables | None, list[int]]] = {}
+
+    def tables(self, lo: int, hi: int) -> tuple[SearchTables | None, list[int]]:
+        """Search tables of the window ``[lo, hi)`` (None if it holds more than ``max_pairs``
+        overlapping pairs) and the indices of its buffers."""
+        if (lo, hi) not in self._made:
+            part, inside = clip(self.inst, lo, hi)
+            fits = overlapping_pairs(part) <= self.max_pairs
+            self._made[lo, hi] = (build_tables(part) if fits else None), inside
+        return self._made[lo, hi]
+
+    def probe(self, cap: int, budget: Budget) -> WindowProbe:
+        """A window probe at ``cap``, starting from the tight sections' span."""
+        return WindowProbe(self, cap, budget)
+
+
+class WindowProbe:
+    """A resumable window probe at one capacity (see the module); ``advance`` and ``close`` as
+    for ``search.Probe``."""
+
+    def __init__(self, windows: Windows, cap: int, budget: Budget) -> None:
+        self.windows, self.cap, self.budget = windows, cap, budget
+        self.verdict: Verdict | None = None
+        self._search: Probe | None = None
+        self._inside: list[int] = []
+        self._open(*tight_span(windows.loads, windows.largest, cap))
+
+    def _open(self, lo: int, hi: int) -> None:
+        """Start searching the window ``[lo, hi)`` (unresolved if it holds too many pairs)."""
+        self._span = lo, hi
+        tables, self._inside = self.windows.tables(lo, hi)
+        if tables is None:
+            self.verdict = Verdict(None, False)
+        else:
+            self._search = Probe(tables, self.cap, self.budget)
+
+    def advance(self, steps: int) -> Verdict | None:
+        """Search the current window for about ``steps`` budget steps; complete or grow it when
+        its search is done."""
+        if self.verdict is None and self._search is not None:
+            found = self._search.advance(steps)
+            if found is not None:
+                self._search = None
+                self._finish(found)
+        return self.verdict
+
+    def _finish(self, found: Verdict) -> None:
+        """Complete the window's plan, or refute, or give up, or grow the window."""
+        inst, cap, order = self.windows.inst, self.cap, self.windows.order
+        if found.offsets is None:
+            self.verdict = found
+            return
+        if not self.budget.spend(len(order) * STEPS_PER_PLACEMENT):
+            self.verdict = Verdict(None, False)
+            return
+        offsets = complete(inst, dict(zip(self._inside, found.offsets, strict=True)), order)
+        out = [i for i in range(len(inst.sizes)) if offsets[i] + inst.sizes[i] > cap]
+        if not out:
+            self.verdict = Verdict(offsets, False)
+            return
+        lo, hi = self._span
+        self._open(min(lo, *map(inst.starts.__getitem__, out)),
+                   max(hi, *map(inst.ends.__getitem__, out)))
+
+    def close(self) -> None:
+        """Drop the paused search of the current window."""
+        if self._search is not None:
+            self._search.close()
+            self._search = None
+
+
 def window_fit(
     inst: Instance, cap: int, order: list[int], budget: Budget, max_pairs: int
 ) -> Verdict:
@@ -119,20 +196,4 @@ def window_fit(
     >>> window_fit(inst, 5, [1, 0, 3, 2], Budget(None), 100).offsets
     [0, 2, 3, 0]
     """
-    sizes, starts, ends = inst.sizes, inst.starts, inst.ends
-    lo, hi = tight_span(inst, cap)
-    while True:
-        part, inside = clip(inst, lo, hi)
-        if overlapping_pairs(part) > max_pairs:
-            return Verdict(None, False)
-        found = fit(build_tables(part), cap, budget)
-        if found.offsets is None:
-            return found
-        if not budget.spend(len(order) * STEPS_PER_PLACEMENT):
-            return Verdict(None, False)
-        offsets = complete(inst, dict(zip(inside, found.offsets, strict=True)), order)
-        out = [i for i in range(len(sizes)) if offsets[i] + sizes[i] > cap]
-        if not out:
-            return Verdict(offsets, False)
-        lo = min(lo, *map(starts.__getitem__, out))
-        hi = max(hi, *map(ends.__getitem__, out))
+    return settle(Windows(inst, order, max_pairs).probe(cap, budget))

@@ -15,9 +15,9 @@ from tensorplan.planners.greedy import best_greedy
 from tensorplan.planners.improve import squeaky_wheel
 from tensorplan.planners.instance import peak_of, section_loads, to_instance
 from tensorplan.planners.occupancy import OccupancyIndex, add_range, best_fit
-from tensorplan.planners.search import Probe, Verdict, fit, settle
+from tensorplan.planners.search import Probe, Verdict, settle
 from tensorplan.planners.tables import build_tables
-from tensorplan.planners.window import largest_live, tight_span, window_fit
+from tensorplan.planners.window import Windows, largest_live, tight_span
 from tensorplan.validate import find_overlaps
 
 
@@ -261,9 +261,9 @@ def test_window_probes_are_exact_with_an_unlimited_budget(buffers, extra):
     # instance: with no budget limit a window probe finds a plan exactly when one fits
     inst = to_instance(Problem(tuple(buffers)))
     cap = max(section_loads(inst)) + extra
-    whole = fit(build_tables(inst), cap, Budget(None))
+    whole = settle(Probe(build_tables(inst), cap, Budget(None)))
     _, order = best_greedy(inst, cap)
-    windowed = window_fit(inst, cap, order, Budget(None), max_pairs=10**6)
+    windowed = settle(Windows(inst, order, max_pairs=10**6).probe(cap, Budget(None)))
     assert (windowed.offsets is None) == (whole.offsets is None)
     if windowed.offsets is None:
         assert windowed.exhausted is True
@@ -306,7 +306,7 @@ def test_a_window_probe_searches_only_around_the_tight_sections():
     loads, largest = section_loads(inst), largest_live(inst)
     assert tight_span(loads, largest, 6) == (0, 2)
     assert tight_span(loads, largest, 9) == (0, 1)  # nothing tight: the (first) fullest section
-    verdict = window_fit(inst, 6, [4, 0, 1, 2, 3], Budget(None), max_pairs=100)
+    verdict = settle(Windows(inst, [4, 0, 1, 2, 3], max_pairs=100).probe(6, Budget(None)))
     assert verdict.offsets is not None and peak_of(inst, verdict.offsets) == 6
 
 

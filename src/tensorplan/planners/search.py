@@ -251,6 +251,12 @@ class Probe:
 
     ``advance`` runs it for a number of budget steps and says what it found; a probe can be
     left paused and advanced again later, at no cost but the memory of its search.
+
+    >>> from tensorplan.planners.instance import Instance
+    >>> from tensorplan.planners.tables import build_tables
+    >>> t = build_tables(Instance((2, 1, 1, 2), (0, 0, 1, 1), (1, 2, 3, 3), 3, (0, 1, 2, 3)))
+    >>> settle(Probe(t, 4, Budget(None))).offsets, settle(Probe(t, 3, Budget(None)))
+    ([0, 2, 3, 0], Verdict(offsets=None, exhausted=True))
     """
 
     def __init__(self, tables: SearchTables, cap: int, budget: Budget) -> None:
@@ -303,18 +309,6 @@ class Probe:
             run.close()  # unwinds the search's frames, undoing its placements on the way
         self._runs = []
         self._searches = []
-
-
-def fit(tables: SearchTables, cap: int, budget: Budget) -> Verdict:
-    """Search for a plan with peak <= ``cap`` until found, refuted, or ``budget`` runs out.
-
-    >>> from tensorplan.planners.instance import Instance
-    >>> from tensorplan.planners.tables import build_tables
-    >>> t = build_tables(Instance((2, 1, 1, 2), (0, 0, 1, 1), (1, 2, 3, 3), 3, (0, 1, 2, 3)))
-    >>> fit(t, 4, Budget(None)).offsets, fit(t, 3, Budget(None))
-    ([0, 2, 3, 0], Verdict(offsets=None, exhausted=True))
-    """
-    return settle(Probe(tables, cap, budget))
 
 
 class Resumable(Protocol):

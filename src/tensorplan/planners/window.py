@@ -20,7 +20,7 @@ from tensorplan.planners.budget import Budget
 from tensorplan.planners.improve import STEPS_PER_PLACEMENT
 from tensorplan.planners.instance import Instance, section_loads
 from tensorplan.planners.occupancy import OccupancyIndex
-from tensorplan.planners.search import Probe, Verdict, settle
+from tensorplan.planners.search import Probe, Verdict
 from tensorplan.planners.tables import SearchTables, build_tables, overlapping_pairs
 
 
@@ -107,7 +107,16 @@ def complete(inst: Instance, fixed: dict[int, int], order: list[int]) -> list[in
 
 class Windows:
     """The windows of one instance, each clipped and tabled once and shared by the probes at
-    every capacity (near capacities mostly ask for the same window)."""
+    every capacity (near capacities mostly ask for the same window). ``order`` is the best-fit
+    order of the completions; a window with more than ``max_pairs`` overlapping pairs is not
+    searched (its probe ends unresolved). A probe's verdict is exhausted without a plan only
+    when the buffers of a window cannot fit, so that no plan fits.
+
+    >>> from tensorplan.planners.search import settle
+    >>> inst = Instance((3, 3, 1, 2), (0, 3, 0, 1), (1, 5, 2, 4), 5, (0, 1, 2, 3))
+    >>> settle(Windows(inst, [1, 0, 3, 2], 100).probe(5, Budget(None))).offsets
+    [0, 2, 3, 0]
+    """
 
     def __init__(self, inst: Instance, order: list[int], max_pairs: int) -> None:
         self.inst, self.order, self.max_pairs = inst, order, max_pairs
@@ -181,19 +190,3 @@ class WindowProbe:
         if self._search is not None:
             self._search.close()
             self._search = None
-
-
-def window_fit(
-    inst: Instance, cap: int, order: list[int], budget: Budget, max_pairs: int
-) -> Verdict:
-    """Search for a plan with peak <= ``cap`` through growing windows (see the module).
-
-    ``order`` is the best-fit order of the completion. The verdict is exhausted without a plan
-    only when the buffers of a window cannot fit (so no plan fits); it is unresolved when the
-    budget runs out or the next window would hold more than ``max_pairs`` overlapping pairs.
-
-    >>> inst = Instance((3, 3, 1, 2), (0, 3, 0, 1), (1, 5, 2, 4), 5, (0, 1, 2, 3))
-    >>> window_fit(inst, 5, [1, 0, 3, 2], Budget(None), 100).offsets
-    [0, 2, 3, 0]
-    """
-    return settle(Windows(inst, order, max_pairs).probe(cap, budget))

@@ -1,6 +1,6 @@
 """Plan every DSA instance with each algorithm and print a markdown table of the results.
 
-    python benchmarks/bench_dsa.py                       # greedy and optimal, 30 s per instance,
+    python benchmarks/bench_dsa.py                       # greedy, auto and optimal (30 s),
                                                          # files and 10,000 random buffers
     python benchmarks/bench_dsa.py --algorithms greedy --out results.md
     python benchmarks/bench_dsa.py --only challenging --time-limit 10 --synthetic 0
@@ -74,7 +74,8 @@ def synthetic(n: int, seed: int = 0) -> list[Buffer]:
 
 
 def bench(
-    name: str, buffers: list[Buffer], algorithm: str, time_limit: float, reference: int | None
+    name: str, buffers: list[Buffer], algorithm: str, time_limit: float | None,
+    reference: int | None,
 ) -> Row:
     """Plan one instance with one algorithm and time it."""
     started = time.perf_counter()
@@ -113,8 +114,9 @@ def default_dir() -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=default_dir(), help="folder of CSV instances")
-    parser.add_argument("--algorithms", default="greedy,optimal", help="comma-separated list")
-    parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per search")
+    parser.add_argument("--algorithms", default="greedy,auto,optimal", help="comma-separated list")
+    parser.add_argument("--time-limit", type=float, default=30.0,
+                        help="seconds per optimal search (auto keeps its own default budget)")
     parser.add_argument("--only", default="", help="plan only files whose name contains this")
     parser.add_argument("--out", type=Path, default=None, help="write the table here too")
     parser.add_argument(
@@ -131,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [n for n in (args.synthetic or [10_000]) if n > 0]
     for name, buffers, reference in instances(args.dir, args.only, sizes):
         for algorithm in args.algorithms.split(","):
-            line = bench(name, buffers, algorithm, args.time_limit, reference).markdown()
+            limit = args.time_limit if algorithm == "optimal" else None
+            line = bench(name, buffers, algorithm, limit, reference).markdown()
             lines.append(line)
             print(line, flush=True)
     if args.out:

@@ -15,6 +15,7 @@ from tensorplan.planners.greedy import best_greedy
 from tensorplan.planners.improve import squeaky_wheel
 from tensorplan.planners.instance import peak_of, section_loads, to_instance
 from tensorplan.planners.occupancy import OccupancyIndex, add_range, best_fit
+from tensorplan.planners.optimal import SearchParams, plan_optimal
 from tensorplan.planners.search import Probe, Verdict, settle
 from tensorplan.planners.tables import build_tables
 from tensorplan.planners.window import Windows, largest_live, tight_span
@@ -296,6 +297,16 @@ def test_a_paused_probe_can_be_dropped_and_its_tables_reused():
     paused.close()
     assert settle(Probe(tables, 5, Budget(None))).offsets == [0, 2, 3, 0]
     assert settle(Probe(tables, 4, Budget(None))) == Verdict(None, True)
+
+
+def test_probes_that_cannot_search_end_the_capacity_search():
+    # every window holds more pairs than allowed: the probes give up at once without spending
+    # the budget; the capacity search must stop (it once spun until killed) and leave the
+    # budget to squeaky-wheel repair, which reaches the bound here
+    inst = to_instance(Problem(tuple(GREEDY_MISSES)))
+    params = SearchParams(repair_min_buffers=1, repair_share=0.0, max_pairs=0)
+    found = plan_optimal(inst, 5, 60.0, params)
+    assert peak_of(inst, found.offsets) == 5 and found.proven is True
 
 
 def test_a_window_probe_searches_only_around_the_tight_sections():

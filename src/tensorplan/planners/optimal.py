@@ -157,28 +157,35 @@ def _capacity_search(
     best_peak = peak_of(inst, best)
     lo = bound
     probes: dict[int, Resumable] = {}
+    given_up: set[int] = set()  # capacities whose probe could not search (window too big)
     epoch = turns = 0
     while lo < best_peak and not budget.expired:
         if turns >= params.epoch_turns << (epoch // params.epoch_growth):
             epoch, turns = epoch + 1, 0
-        caps = ladder(lo, best_peak, epoch)
+        caps = [cap for cap in ladder(lo, best_peak, epoch) if cap not in given_up]
         for cap in [cap for cap in probes if cap not in caps]:
             probes.pop(cap).close()
         verdict = None
         for cap in caps:
-            probe = probes.setdefault(cap, make(cap, budget))
+            if cap not in probes:
+                probes[cap] = make(cap, budget)
             share = max(len(caps) - 1, 1) if cap == lo else 1
-            verdict = probe.advance(share * params.turn_steps)
+            verdict = probes[cap].advance(share * params.turn_steps)
             if verdict is not None:
                 del probes[cap]
                 break
         turns += 1
-        if verdict is None or (verdict.offsets is None and not verdict.exhausted):
-            continue  # all paused, or out of budget (the loop ends)
+        if verdict is None:
+            continue
         if verdict.offsets is not None:
             best, best_peak = verdict.offsets, peak_of(inst, verdict.offsets)
-        else:
+        elif verdict.exhausted:
             lo = cap + 1
+        elif budget.expired or cap == lo:
+            break  # out of budget, or the bound itself cannot be searched
+        else:
+            given_up.add(cap)
+            continue
         epoch = turns = 0
     for probe in probes.values():
         probe.close()

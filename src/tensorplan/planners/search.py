@@ -262,6 +262,8 @@ class Probe:
     def __init__(self, tables: SearchTables, cap: int, budget: Budget) -> None:
         self.cap = cap
         self.verdict = Verdict(None, True) if max(tables.loads, default=0) > cap else None
+        if self.verdict is None and not budget.spend(1 + len(tables.sizes) // STEP_BUFFERS):
+            self.verdict = Verdict(None, False)  # the searches' set-up is charged too
         self._searches = [_Search(tables, cap, h, budget) for h in HEURISTICS]
         self._budget = budget
         self._runs = [search.solve() for search in self._searches]

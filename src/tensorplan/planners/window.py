@@ -20,7 +20,7 @@ from tensorplan.planners.budget import Budget
 from tensorplan.planners.improve import STEPS_PER_PLACEMENT
 from tensorplan.planners.instance import Instance, section_loads
 from tensorplan.planners.occupancy import OccupancyIndex
-from tensorplan.planners.search import Probe, Verdict
+from tensorplan.planners.search import STEP_BUFFERS, Probe, Verdict
 from tensorplan.planners.tables import SearchTables, build_tables, overlapping_pairs
 
 
@@ -123,13 +123,25 @@ class Windows:
         self.loads, self.largest = section_loads(inst), largest_live(inst)
         self._made: dict[tuple[int, int], tuple[SearchTables | None, list[int]]] = {}
 
-    def tables(self, lo: int, hi: int) -> tuple[SearchTables | None, list[int]]:
+    def tables(
+        self, lo: int, hi: int, budget: Budget
+    ) -> tuple[SearchTables | None, list[int]] | None:
         """Search tables of the window ``[lo, hi)`` (None if it holds more than ``max_pairs``
-        overlapping pairs) and the indices of its buffers."""
+        overlapping pairs) and the indices of its buffers; None if ``budget`` runs out first.
+
+        Making them is charged to ``budget``: a step per ``STEP_BUFFERS`` buffers or pairs.
+        """
         if (lo, hi) not in self._made:
+            if not budget.spend(1 + len(self.inst.sizes) // STEP_BUFFERS):
+                return None
             part, inside = clip(self.inst, lo, hi)
-            fits = overlapping_pairs(part) <= self.max_pairs
-            self._made[lo, hi] = (build_tables(part) if fits else None), inside
+            pairs = overlapping_pairs(part)
+            if pairs > self.max_pairs:
+                self._made[lo, hi] = None, inside
+            elif not budget.spend(1 + pairs // STEP_BUFFERS):
+                return None
+            else:
+                self._made[lo, hi] = build_tables(part), inside
         return self._made[lo, hi]
 
     def probe(self, cap: int, budget: Budget) -> WindowProbe:
@@ -146,15 +158,21 @@ class WindowProbe:
         self.verdict: Verdict | None = None
         self._search: Probe | None = None
         self._inside: list[int] = []
-        self._open(*tight_span(windows.loads, windows.largest, cap))
+        self._span = 0, 0
+        if budget.spend(1 + len(windows.loads) // STEP_BUFFERS):
+            self._open(*tight_span(windows.loads, windows.largest, cap))
+        else:
+            self.verdict = Verdict(None, False)
 
     def _open(self, lo: int, hi: int) -> None:
-        """Start searching the window ``[lo, hi)`` (unresolved if it holds too many pairs)."""
+        """Start searching the window ``[lo, hi)`` (unresolved if it holds too many pairs or
+        the budget runs out)."""
         self._span = lo, hi
-        tables, self._inside = self.windows.tables(lo, hi)
-        if tables is None:
+        made = self.windows.tables(lo, hi, self.budget)
+        if made is None or made[0] is None:
             self.verdict = Verdict(None, False)
         else:
+            tables, self._inside = made
             self._search = Probe(tables, self.cap, self.budget)
 
     def advance(self, steps: int) -> Verdict | None:

@@ -8,7 +8,7 @@ load), which need the two-dimensional occupancy index and cost several times mor
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from operator import sub
 
 from tensorplan.planners.instance import Instance, section_loads
@@ -91,22 +91,29 @@ CHUNK = 512  # buffers placed by one pass before the portfolio picks which pass 
 
 
 def placement_steps(
-    inst: Instance, order: list[int], offsets: list[int]
+    inst: Instance, order: list[int], offsets: list[int], fixed: Mapping[int, int] | None = None
 ) -> Iterator[tuple[int, bool]]:
     """Place the buffers in ``order`` by best fit into ``offsets``, yielding (peak, finished).
 
     Each buffer goes into the smallest free gap left by the already placed buffers it overlaps in
-    time (the lowest such gap on ties), or on top of them. The running peak is yielded every
-    ``CHUNK`` buffers and once, with ``finished=True``, at the end.
+    time (the lowest such gap on ties), or on top of them; ``fixed`` buffers (index: offset, not
+    in ``order``) are in place from the start. The running peak of the buffers in ``order`` is
+    yielded every ``CHUNK`` buffers and once, with ``finished=True``, at the end.
 
     >>> inst = Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2))
     >>> offsets = [0, 0, 0]
     >>> list(placement_steps(inst, [0, 1, 2], offsets)), offsets
     ([(6, True)], [0, 4, 4])
+    >>> list(placement_steps(inst, [0, 2], offsets, {1: 0})), offsets
+    ([(6, True)], [2, 0, 0])
     """
     starts, ends, sizes = inst.starts, inst.ends, inst.sizes
     longest = max(map(sub, ends, starts), default=1)
-    place = OccupancyIndex(inst.sections, longest).place
+    index = OccupancyIndex(inst.sections, longest)
+    for i, offset in (fixed or {}).items():
+        offsets[i] = offset
+        index.add(offset, offset + sizes[i], starts[i], ends[i])
+    place = index.place
     peak = 0
     for count, i in enumerate(order, 1):
         size = sizes[i]

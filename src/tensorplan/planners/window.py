@@ -14,12 +14,12 @@ the search's help.
 
 from __future__ import annotations
 
-from operator import sub
+from collections import deque
 
 from tensorplan.planners.budget import Budget
+from tensorplan.planners.greedy import placement_steps
 from tensorplan.planners.improve import STEPS_PER_PLACEMENT
 from tensorplan.planners.instance import Instance, section_loads
-from tensorplan.planners.occupancy import OccupancyIndex
 from tensorplan.planners.search import STEP_BUFFERS, Probe, Verdict
 from tensorplan.planners.tables import SearchTables, build_tables, overlapping_pairs
 
@@ -95,13 +95,8 @@ def complete(inst: Instance, fixed: dict[int, int], order: list[int]) -> list[in
     [2, 0, 2]
     """
     offsets = [0] * len(inst.sizes)
-    index = OccupancyIndex(inst.sections, max(map(sub, inst.ends, inst.starts), default=1))
-    for i, offset in fixed.items():
-        offsets[i] = offset
-        index.add(offset, offset + inst.sizes[i], inst.starts[i], inst.ends[i])
-    for i in order:
-        if i not in fixed:
-            offsets[i] = index.place(inst.starts[i], inst.ends[i], inst.sizes[i])
+    rest = [i for i in order if i not in fixed]
+    deque(placement_steps(inst, rest, offsets, fixed), maxlen=0)
     return offsets
 
 

@@ -166,7 +166,7 @@ def _capacity_search(
         for cap in [cap for cap in probes if cap not in caps]:
             probes.pop(cap).close()
         verdict = None
-        for cap in caps[1:] + caps[:1]:  # the bound last: a find elsewhere redraws the ladder
+        for cap in caps:
             if cap not in probes:
                 probes[cap] = make(cap, budget)
             share = max(len(caps) - 1, 1) if cap == lo else 1

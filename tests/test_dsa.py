@@ -11,8 +11,8 @@ import pytest
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import FormatError
 from tensorplan.planners import Buffer, lower_bound, plan_buffers
-from tensorplan.planners.instance import peak_of, section_loads, to_instance
-from tensorplan.planners.optimal import SearchParams, plan_optimal
+from tensorplan.planners.instance import Instance, peak_of, section_loads, to_instance
+from tensorplan.planners.optimal import Outcome, SearchParams, auto_seconds, plan_optimal
 from tensorplan.validate import find_overlaps
 
 
@@ -156,28 +156,36 @@ def test_optimal_reaches_the_bound_of_challenging_e_within_30_seconds():
     assert placement.optimal is True and placement.search_seconds <= 33
 
 
+def _plan_in_steps(name: str, seconds: float | None) -> tuple[Instance, int, Outcome]:
+    """The optimal planner on a shared instance with the step budget of ``seconds`` (None:
+    auto's default for its size) and no wall clock: the result does not depend on how busy
+    the machine is (make bench times it)."""
+    inst = to_instance(load_instance(dsa_dir() / f"{name}.csv").problem)
+    bound = max(section_loads(inst))
+    params = SearchParams()
+    if seconds is None:
+        seconds = auto_seconds(len(inst.sizes), params)
+    steps = SearchParams(steps_per_second=int(seconds * params.steps_per_second) // 1_000)
+    return inst, bound, plan_optimal(inst, bound, 1_000.0, steps)
+
+
 @pytest.mark.slow
 def test_optimal_reaches_the_best_known_peak_of_challenging_d():
     # no plan below 1 MiB (1,024 units) was known; the capacity ladder finds one at 1,021 units
-    # (about 2.2M of the 3.6M steps of the default 30 s budget). Counted in steps with no wall
-    # clock, so the result does not depend on how busy the machine is (make bench times it).
-    inst = to_instance(load_instance(dsa_dir() / "challenging_D.csv").problem)
-    bound = max(section_loads(inst))
-    default = SearchParams()
-    steps = int(default.optimal_seconds * default.steps_per_second)
-    found = plan_optimal(inst, bound, 1_000.0, SearchParams(steps_per_second=steps // 1_000))
+    # (about 2.2M of the 3.6M steps of the default 30 s budget)
+    inst, _, found = _plan_in_steps("challenging_D", SearchParams().optimal_seconds)
     assert peak_of(inst, found.offsets) * inst.unit <= 1_048_576
     assert find_overlaps(list(inst.sizes), list(inst.starts), list(inst.ends),
                          found.offsets) == []
 
 
-def test_auto_reaches_the_bound_of_bert_base():
-    # 5,620 buffers, too many pairs to search whole; greedy and squeaky-wheel repair stop
-    # 2,052 B above the bound, a window probe around the one full section closes the gap
-    buffers = load_instance(dsa_dir() / "bert_base.csv").problem.buffers
-    placement = plan_buffers(buffers, algorithm="auto", time_limit=30)
-    assert placement.peak == placement.lower_bound == 15_734_934_689
-    assert placement.optimal is True and placement.algorithm == "optimal"
+@pytest.mark.parametrize("name", ["resnet50", "tiny_bert", "bert_base"])
+def test_auto_reaches_the_bound_of_model_traces(name):
+    # with auto's default budget for their size; bert_base (5,620 buffers, too many pairs to
+    # search whole): greedy and squeaky-wheel repair stop 2,052 B above the bound, a window
+    # probe around the one full section closes the gap
+    inst, bound, found = _plan_in_steps(name, None)
+    assert peak_of(inst, found.offsets) == bound and found.proven is True
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +17,7 @@ from tensorplan.planners.improve import squeaky_wheel
 from tensorplan.planners.instance import peak_of, section_loads, to_instance
 from tensorplan.planners.occupancy import OccupancyIndex, add_range, best_fit
 from tensorplan.planners.optimal import SearchParams, plan_optimal
-from tensorplan.planners.search import Probe, Verdict, settle
+from tensorplan.planners.search import Probe, settle
 from tensorplan.planners.tables import build_tables
 from tensorplan.planners.window import Windows, largest_live, tight_span
 from tensorplan.validate import find_overlaps
@@ -290,13 +291,21 @@ def test_a_probe_advanced_in_small_turns_ends_as_if_run_at_once(buffers, extra):
 
 
 def test_a_paused_probe_can_be_dropped_and_its_tables_reused():
-    inst = to_instance(Problem(tuple(GREEDY_MISSES)))
+    # 300 buffers: the first turn (1,024 steps) ends long before the first order's dive does
+    rng = random.Random(7)
+    starts = [rng.randrange(100) for _ in range(300)]
+    inst = to_instance(Problem(tuple(
+        Buffer(rng.randint(1, 64), s, s + rng.randint(1, 20)) for s in starts)))
     tables = build_tables(inst)
-    paused = Probe(tables, 5, Budget(None))
-    paused.advance(1)
+    cap = peak_of(inst, best_greedy(inst, 0)[0])  # greedy fits: a plan exists
+    paused = Probe(tables, cap, Budget(None))
+    assert paused.advance(1) is None
     paused.close()
-    assert settle(Probe(tables, 5, Budget(None))).offsets == [0, 2, 3, 0]
-    assert settle(Probe(tables, 4, Budget(None))) == Verdict(None, True)
+    fresh = settle(Probe(tables, cap, Budget(None)))
+    assert fresh == settle(Probe(build_tables(inst), cap, Budget(None)))
+    assert fresh.offsets is not None and peak_of(inst, fresh.offsets) <= cap
+    sizes, starts_, ends = list(inst.sizes), list(inst.starts), list(inst.ends)
+    assert find_overlaps(sizes, starts_, ends, fresh.offsets) == []
 
 
 def test_probes_that_cannot_search_end_the_capacity_search():

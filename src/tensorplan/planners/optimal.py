@@ -90,7 +90,7 @@ def plan_optimal(inst: Instance, bound: int, seconds: float, params: SearchParam
         best = _repair(inst, order, best, bound, budget, params.repair_share,
                        params.repair_patience)
     if peak_of(inst, best) > bound:
-        probe = _window_probe(inst, order, params.max_pairs) if large else _whole_probe(inst)
+        probe = Windows(inst, order, params.max_pairs).probe if large else _whole_probe(inst)
         best, lo = _capacity_search(inst, probe, bound, best, budget, params)
     if large and peak_of(inst, best) > lo and not budget.expired:
         best = _repair(inst, order, best, bound, budget, 1.0, None)
@@ -116,11 +116,6 @@ def _whole_probe(inst: Instance) -> ProbeMaker:
     """Probes that search the whole instance."""
     tables = build_tables(inst)
     return lambda cap, budget: Probe(tables, cap, budget)
-
-
-def _window_probe(inst: Instance, order: list[int], max_pairs: int) -> ProbeMaker:
-    """Probes that search windows around the tight sections, completed in ``order``."""
-    return Windows(inst, order, max_pairs).probe
 
 
 def ladder(lo: int, best: int, epoch: int = 0) -> list[int]:

@@ -260,7 +260,6 @@ class Probe:
     """
 
     def __init__(self, tables: SearchTables, cap: int, budget: Budget) -> None:
-        self.cap = cap
         self.verdict = Verdict(None, True) if max(tables.loads, default=0) > cap else None
         if self.verdict is None and not budget.spend(1 + len(tables.sizes) // STEP_BUFFERS):
             self.verdict = Verdict(None, False)  # the searches' set-up is charged too
@@ -269,7 +268,6 @@ class Probe:
         self._runs = [search.solve() for search in self._searches]
         self._depth = 4 * len(tables.sizes) + 1000  # the search recurses once per buffer
         self._dive = len(tables.sizes) + 1
-        self.nodes = 0  # nodes visited by all of the probe's searches
 
     def advance(self, steps: int) -> Verdict | None:
         """Search on until about ``steps`` more budget steps are spent; the verdict once there is
@@ -286,7 +284,6 @@ class Probe:
                 racing = self._searches[0].nodes >= self._dive
                 for search, run in zip(self._searches, self._runs, strict=True):
                     search.pause_at = self._budget.steps + TURN_STEPS
-                    before = search.nodes
                     try:
                         next(run)
                     except StopIteration as done:
@@ -294,7 +291,6 @@ class Probe:
                         self.verdict = Verdict(found, True)
                     except _OutOfTime:
                         self.verdict = Verdict(None, False)
-                    self.nodes += search.nodes - before
                     if self.verdict is not None or not racing:
                         break
             if self.verdict is not None:

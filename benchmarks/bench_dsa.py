@@ -14,7 +14,6 @@ proven optimal, wall-clock seconds, and for instances that carry a reference pla
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import time
@@ -106,9 +105,8 @@ def instances(
 
 
 def default_dir() -> Path:
-    """$TENSORPLAN_DSA_DIR, else ``shared/dsa`` beside the repository."""
-    override = os.environ.get("TENSORPLAN_DSA_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "dsa"
+    """The instances the repository keeps: ``benchmarks/dsa`` beside this file."""
+    return Path(__file__).resolve().parent / "dsa"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,12 @@ from tensorplan.validate import find_overlaps
 
 
 def dsa_dir() -> Path:
-    """The shared instances: $TENSORPLAN_DSA_DIR, else ``shared/dsa`` beside the repository."""
-    override = os.environ.get("TENSORPLAN_DSA_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "dsa"
+    """The benchmark instances the repository keeps: ``benchmarks/dsa``."""
+    return Path(__file__).resolve().parents[1] / "benchmarks" / "dsa"
 
 
 INSTANCES = sorted(dsa_dir().glob("*.csv"))
-# lower bounds published in shared/dsa/README.md
+# lower bounds published in benchmarks/dsa/README.md
 KNOWN_BOUNDS = {
     "challenging_C": 1_039_360,
     "challenging_D": 986_112,
@@ -45,7 +43,7 @@ def _write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_the_shared_instances_are_there():
+def test_the_benchmark_instances_are_there():
     assert len(INSTANCES) == 19
 
 

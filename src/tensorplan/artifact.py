@@ -40,6 +40,7 @@ from .program import Program, planned_specs
 from .propagate import propagate
 from .pt2 import load_exported
 from .report.export import SCHEMA, SCHEMA_VERSION, plan_to_json, value_to_json
+from .roles import read_roles
 from .spec import SpecTable
 
 FORMAT = "tensorplan.program"  # the manifest's "format"
@@ -97,12 +98,13 @@ def load_program(path: str | os.PathLike[str]) -> Program:
     _check_kind(plan_fields, "schema", SCHEMA, SCHEMA_VERSION)
     plan = _plan(plan_fields)
     exported = load_exported(contents.program, f"{where}: {PROGRAM_MEMBER}")
-    specs = propagate(exported)
-    alias = analyze(exported, specs)
+    roles = read_roles(exported)
+    specs = propagate(exported, roles)
+    alias = analyze(exported, specs, roles)
     specs = planned_specs(specs, alias)
     _check_values(plan_fields.objects("values"), specs)
     _check_fit(plan, exported, alias, plan_fields.where)
-    return Program(exported_program=exported, specs=specs, alias=alias, plan=plan)
+    return Program(exported_program=exported, specs=specs, alias=alias, plan=plan, roles=roles)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import torch
 
 from ..plan import MemoryPlan, PlannedStorage
 from ..program import Program
-from ..runtime.inputs import user_input_names
 from ..spec import TensorSpec
 from .text import dtype_name
 
@@ -53,7 +52,7 @@ def _graph_info(program: Program, name: str) -> dict[str, Any]:
     signature = program.exported_program.graph_signature
     return {
         "name": name,
-        "inputs": user_input_names(signature),
+        "inputs": list(program.roles.user_inputs),
         "outputs": [str(out) for out in signature.user_outputs],
         "nodes": len(program.exported_program.graph.nodes),
         "torch": torch.__version__,

@@ -150,62 +150,39 @@ def _planned_views(node: torch.fx.Node, row: Lowered, ctx: StepContext) -> tuple
     return place, row.frame_value
 
 
-def _into_views(kernel_step: Callable[[torch.fx.Node, Lowered, StepContext], Step]):
+Write = Callable[[Any, list, dict], None]  # (planned out views, args, kwargs) -> None
+
+
+def _into_views(writer: Callable[[torch.fx.Node, Lowered, StepContext], Write]):
     """A builder whose kernel writes the node's planned views (placed by a step before it)."""
     def build(node, row, ctx) -> Built:
-        return [_planned_views(node, row, ctx), (kernel_step(node, row, ctx), False)]
+        slot, args_of = ctx.slots[node], compile_args(node.args, node.kwargs, ctx.slots)
+        write = writer(node, row, ctx)
+
+        def call(env: Env, b: Bindings) -> None:
+            args, kwargs = args_of(env)
+            write(env[slot], args, kwargs)
+        return [_planned_views(node, row, ctx), (call, False)]
     return build
 
 
-def _in_place(node, row, ctx) -> Step:
-    build, twin = compile_args(node.args, node.kwargs, ctx.slots), row.kernel
-
-    def call(env: Env, b: Bindings) -> None:
-        args, kwargs = build(env)
-        twin(*args, **kwargs)
-    return call
+def _in_place(node, row, ctx) -> Write:
+    twin = row.kernel
+    return lambda out, args, kwargs: twin(*args, **kwargs)
 
 
-def _out(node, row, ctx) -> Step:
-    slot, variant = ctx.slots[node], row.kernel
-    kwargs = {k: v for k, v in node.kwargs.items() if k not in variant.dropped}
-    build, op, names = compile_args(node.args, kwargs, ctx.slots), variant.op, variant.out_names
-    if len(names) == 1:
-        out_name = names[0]
-
-        def call(env: Env, b: Bindings) -> None:
-            args, kw = build(env)
-            kw[out_name] = env[slot]
-            op(*args, **kw)
-        return call
-
-    def call_multi(env: Env, b: Bindings) -> None:
-        args, kw = build(env)
-        kw.update(zip(names, env[slot], strict=True))
-        op(*args, **kw)
-    return call_multi
+def _native(node, row, ctx) -> Write:
+    kernel = row.kernel
+    return lambda out, args, kwargs: kernel(out, *args, **kwargs)
 
 
-def _native(node, row, ctx) -> Step:
-    slot, build, kernel = ctx.slots[node], compile_args(node.args, node.kwargs, ctx.slots), \
-        row.kernel
+def _copy_in_place(node, row, ctx) -> Write:
+    twin = row.kernel
 
-    def call(env: Env, b: Bindings) -> None:
-        args, kwargs = build(env)
-        kernel(env[slot], *args, **kwargs)
-    return call
-
-
-def _copy_in_place(node, row, ctx) -> Step:
-    slot, build, twin = ctx.slots[node], compile_args(node.args, node.kwargs, ctx.slots), \
-        row.kernel
-
-    def call(env: Env, b: Bindings) -> None:
-        args, kwargs = build(env)
-        out = env[slot]
+    def write(out: Any, args: list, kwargs: dict) -> None:
         out.copy_(args[0])
         twin(out, *args[1:], **kwargs)
-    return call
+    return write
 
 
 def _copy_into(target: Any, result: Any) -> None:
@@ -217,16 +194,32 @@ def _copy_into(target: Any, result: Any) -> None:
         target.copy_(result)
 
 
-def _fallback(node, row, ctx) -> Step:
-    slot, build, op = ctx.slots[node], compile_args(node.args, node.kwargs, ctx.slots), \
-        node.target
-    label, fallbacks = row.target, ctx.stats.fallbacks
+def _fallback(node, row, ctx) -> Write:
+    op, label, fallbacks = node.target, row.target, ctx.stats.fallbacks
 
-    def call(env: Env, b: Bindings) -> None:
-        args, kwargs = build(env)
-        _copy_into(env[slot], op(*args, **kwargs))
+    def write(out: Any, args: list, kwargs: dict) -> None:
+        _copy_into(out, op(*args, **kwargs))
         fallbacks[label] += 1
-    return call
+    return write
+
+
+def _out(node, row, ctx) -> Built:
+    slot, variant = ctx.slots[node], row.kernel
+    kwargs = {k: v for k, v in node.kwargs.items() if k not in variant.dropped}
+    build, op, names = compile_args(node.args, kwargs, ctx.slots), variant.op, variant.out_names
+    if len(names) == 1:
+        out_name = names[0]
+
+        def call(env: Env, b: Bindings) -> None:
+            args, kw = build(env)
+            kw[out_name] = env[slot]
+            op(*args, **kw)
+    else:
+        def call(env: Env, b: Bindings) -> None:
+            args, kw = build(env)
+            kw.update(zip(names, env[slot], strict=True))
+            op(*args, **kw)
+    return [_planned_views(node, row, ctx), (call, False)]
 
 
 def _control_flow(node, row, ctx) -> Built:
@@ -264,7 +257,7 @@ BUILDERS: dict[Kind, Callable[[torch.fx.Node, Lowered, StepContext], Built]] = {
     Kind.DATA_DEPENDENT: _data_dependent,
     Kind.VIEW: _view,
     Kind.IN_PLACE: _into_views(_in_place),
-    Kind.OUT: _into_views(_out),
+    Kind.OUT: _out,
     Kind.NATIVE: _into_views(_native),
     Kind.COPY_IN_PLACE: _into_views(_copy_in_place),
     Kind.FALLBACK: _into_views(_fallback),

@@ -10,8 +10,8 @@ import pytest
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import FormatError
 from tensorplan.planners import Buffer, lower_bound, plan_buffers
-from tensorplan.planners.instance import Instance, peak_of, section_loads, to_instance
-from tensorplan.planners.optimal import Outcome, SearchParams, auto_seconds, plan_optimal
+from tensorplan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
+from tensorplan.planners.exact.optimal import Outcome, SearchParams, auto_seconds, plan_optimal
 from tensorplan.validate import find_overlaps
 
 

@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 from tensorplan.errors import PlanError
 from tensorplan.planners import Buffer, Placement, Problem, lower_bound, plan_buffers
 from tensorplan.planners.budget import Budget
-from tensorplan.planners.greedy import best_greedy
-from tensorplan.planners.improve import squeaky_wheel
-from tensorplan.planners.instance import peak_of, section_loads, to_instance
-from tensorplan.planners.occupancy import OccupancyIndex, add_range, best_fit
-from tensorplan.planners.optimal import SearchParams, plan_optimal
-from tensorplan.planners.search import Probe, settle
-from tensorplan.planners.tables import build_tables
-from tensorplan.planners.window import Windows, largest_live, tight_span
+from tensorplan.planners.greedy.portfolio import best_greedy
+from tensorplan.planners.greedy.repair import squeaky_wheel
+from tensorplan.planners.problem.instance import peak_of, section_loads, to_instance
+from tensorplan.planners.greedy.occupancy import OccupancyIndex, add_range, best_fit
+from tensorplan.planners.exact.optimal import SearchParams, plan_optimal
+from tensorplan.planners.exact.branch_and_bound import Probe, settle
+from tensorplan.planners.exact.search_instance import to_search_instance
+from tensorplan.planners.exact.windows import Windows, largest_live, tight_span
 from tensorplan.validate import find_overlaps
 
 
@@ -263,7 +263,7 @@ def test_window_probes_are_exact_with_an_unlimited_budget(buffers, extra):
     # instance: with no budget limit a window probe finds a plan exactly when one fits
     inst = to_instance(Problem(tuple(buffers)))
     cap = max(section_loads(inst)) + extra
-    whole = settle(Probe(build_tables(inst), cap, Budget(None)))
+    whole = settle(Probe(to_search_instance(inst), cap, Budget(None)))
     _, order = best_greedy(inst, cap)
     windowed = settle(Windows(inst, order, max_pairs=10**6).probe(cap, Budget(None)))
     assert (windowed.offsets is None) == (whole.offsets is None)
@@ -281,7 +281,7 @@ def test_a_probe_advanced_in_small_turns_ends_as_if_run_at_once(buffers, extra):
     # the orders race in turns of a fixed number of steps, whatever the caller's turns are:
     # pausing and resuming changes nothing
     inst = to_instance(Problem(tuple(buffers)))
-    tables = build_tables(inst)
+    tables = to_search_instance(inst)
     cap = max(section_loads(inst)) + extra
     at_once = settle(Probe(tables, cap, Budget(None)))
     probe, verdict = Probe(tables, cap, Budget(None)), None
@@ -296,13 +296,13 @@ def test_a_paused_probe_can_be_dropped_and_its_tables_reused():
     starts = [rng.randrange(100) for _ in range(300)]
     inst = to_instance(Problem(tuple(
         Buffer(rng.randint(1, 64), s, s + rng.randint(1, 20)) for s in starts)))
-    tables = build_tables(inst)
+    tables = to_search_instance(inst)
     cap = peak_of(inst, best_greedy(inst, 0)[0])  # greedy fits: a plan exists
     paused = Probe(tables, cap, Budget(None))
     assert paused.advance(1) is None
     paused.close()
     fresh = settle(Probe(tables, cap, Budget(None)))
-    assert fresh == settle(Probe(build_tables(inst), cap, Budget(None)))
+    assert fresh == settle(Probe(to_search_instance(inst), cap, Budget(None)))
     assert fresh.offsets is not None and peak_of(inst, fresh.offsets) <= cap
     sizes, starts_, ends = list(inst.sizes), list(inst.starts), list(inst.ends)
     assert find_overlaps(sizes, starts_, ends, fresh.offsets) == []

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorplan.planners import Buffer, Problem, plan_buffers
-from tensorplan.planners.greedy import INDEXED, best_greedy, portfolio
-from tensorplan.planners.instance import Instance, peak_of, section_loads, to_instance
-from tensorplan.planners.occupancy import OccupancyIndex, best_fit
-from tensorplan.planners.sweep import STACK_ORDERS, FreeSpace, sweep_order, sweep_steps
+from tensorplan.planners.greedy.portfolio import INDEXED, best_greedy, portfolio
+from tensorplan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
+from tensorplan.planners.greedy.occupancy import OccupancyIndex, best_fit
+from tensorplan.planners.greedy.sweep import STACK_ORDERS, FreeSpace, sweep_order, sweep_steps
 from tensorplan.validate import find_overlaps
 
 # place(size) or free(k): give back the k-th oldest live range

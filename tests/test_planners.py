@@ -10,16 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorplan.errors import PlanError
-from tensorplan.planners import Buffer, Placement, Problem, lower_bound, plan_buffers
+from tensorplan.planners import Buffer, Placement, PlannerParams, Problem, lower_bound, plan_buffers
 from tensorplan.planners.budget import Budget
+from tensorplan.planners.exact.branch_and_bound import Probe, settle
+from tensorplan.planners.exact.optimal import plan_optimal
+from tensorplan.planners.exact.search_instance import to_search_instance
+from tensorplan.planners.exact.windows import Windows, largest_live, tight_span
+from tensorplan.planners.greedy.occupancy import OccupancyIndex, add_range, best_fit
 from tensorplan.planners.greedy.portfolio import best_greedy
 from tensorplan.planners.greedy.repair import squeaky_wheel
 from tensorplan.planners.problem.instance import peak_of, section_loads, to_instance
-from tensorplan.planners.greedy.occupancy import OccupancyIndex, add_range, best_fit
-from tensorplan.planners.exact.optimal import SearchParams, plan_optimal
-from tensorplan.planners.exact.branch_and_bound import Probe, settle
-from tensorplan.planners.exact.search_instance import to_search_instance
-from tensorplan.planners.exact.windows import Windows, largest_live, tight_span
 from tensorplan.validate import find_overlaps
 
 
@@ -30,6 +30,8 @@ def _verified(buffers: list[Buffer], placement: Placement, alignment: int = 1) -
     ends = [b.end for b in buffers]
     return find_overlaps(sizes, starts, ends, placement.offsets, alignment) == []
 
+
+PARAMS = PlannerParams()  # the defaults
 
 # A staircase: three buffers that each overlap the next; optimum stacks pairs, peak 12.
 STAIRS = [Buffer(4, 0, 2), Buffer(4, 1, 3), Buffer(8, 2, 4)]
@@ -263,9 +265,9 @@ def test_window_probes_are_exact_with_an_unlimited_budget(buffers, extra):
     # instance: with no budget limit a window probe finds a plan exactly when one fits
     inst = to_instance(Problem(tuple(buffers)))
     cap = max(section_loads(inst)) + extra
-    whole = settle(Probe(to_search_instance(inst), cap, Budget(None)))
-    _, order = best_greedy(inst, cap)
-    windowed = settle(Windows(inst, order, max_pairs=10**6).probe(cap, Budget(None)))
+    whole = settle(Probe(to_search_instance(inst), cap, Budget(None), PARAMS))
+    _, order = best_greedy(inst, cap, PARAMS)
+    windowed = settle(Windows(inst, order, PlannerParams(max_pairs=10**6)).probe(cap, Budget(None)))
     assert (windowed.offsets is None) == (whole.offsets is None)
     if windowed.offsets is None:
         assert windowed.exhausted is True
@@ -283,8 +285,8 @@ def test_a_probe_advanced_in_small_turns_ends_as_if_run_at_once(buffers, extra):
     inst = to_instance(Problem(tuple(buffers)))
     tables = to_search_instance(inst)
     cap = max(section_loads(inst)) + extra
-    at_once = settle(Probe(tables, cap, Budget(None)))
-    probe, verdict = Probe(tables, cap, Budget(None)), None
+    at_once = settle(Probe(tables, cap, Budget(None), PARAMS))
+    probe, verdict = Probe(tables, cap, Budget(None), PARAMS), None
     while verdict is None:
         verdict = probe.advance(1)
     assert verdict == at_once
@@ -297,12 +299,12 @@ def test_a_paused_probe_can_be_dropped_and_its_tables_reused():
     inst = to_instance(Problem(tuple(
         Buffer(rng.randint(1, 64), s, s + rng.randint(1, 20)) for s in starts)))
     tables = to_search_instance(inst)
-    cap = peak_of(inst, best_greedy(inst, 0)[0])  # greedy fits: a plan exists
-    paused = Probe(tables, cap, Budget(None))
+    cap = peak_of(inst, best_greedy(inst, 0, PARAMS)[0])  # greedy fits: a plan exists
+    paused = Probe(tables, cap, Budget(None), PARAMS)
     assert paused.advance(1) is None
     paused.close()
-    fresh = settle(Probe(tables, cap, Budget(None)))
-    assert fresh == settle(Probe(to_search_instance(inst), cap, Budget(None)))
+    fresh = settle(Probe(tables, cap, Budget(None), PARAMS))
+    assert fresh == settle(Probe(to_search_instance(inst), cap, Budget(None), PARAMS))
     assert fresh.offsets is not None and peak_of(inst, fresh.offsets) <= cap
     sizes, starts_, ends = list(inst.sizes), list(inst.starts), list(inst.ends)
     assert find_overlaps(sizes, starts_, ends, fresh.offsets) == []
@@ -313,7 +315,7 @@ def test_probes_that_cannot_search_end_the_capacity_search():
     # the budget; the capacity search must stop (it once spun until killed) and leave the
     # budget to squeaky-wheel repair, which reaches the bound here
     inst = to_instance(Problem(tuple(GREEDY_MISSES)))
-    params = SearchParams(repair_min_buffers=1, repair_share=0.0, max_pairs=0)
+    params = PlannerParams(repair_min_buffers=1, repair_share=0.0, max_pairs=0)
     found = plan_optimal(inst, 5, 60.0, params)
     assert peak_of(inst, found.offsets) == 5 and found.proven is True
 
@@ -326,7 +328,8 @@ def test_a_window_probe_searches_only_around_the_tight_sections():
     loads, largest = section_loads(inst), largest_live(inst)
     assert tight_span(loads, largest, 6) == (0, 2)
     assert tight_span(loads, largest, 9) == (0, 1)  # nothing tight: the (first) fullest section
-    verdict = settle(Windows(inst, [4, 0, 1, 2, 3], max_pairs=100).probe(6, Budget(None)))
+    windows = Windows(inst, [4, 0, 1, 2, 3], PlannerParams(max_pairs=100))
+    verdict = settle(windows.probe(6, Budget(None)))
     assert verdict.offsets is not None and peak_of(inst, verdict.offsets) == 6
 
 
@@ -346,8 +349,8 @@ def test_auto_is_never_worse_than_greedy(buffers):
 def test_squeaky_wheel_repair_never_makes_a_plan_worse(buffers):
     inst = to_instance(Problem(tuple(buffers)))
     bound = max(section_loads(inst), default=0)
-    offsets, order = best_greedy(inst, bound)
-    repaired = squeaky_wheel(inst, order, offsets, bound, Budget(None, steps=20_000))
+    offsets, order = best_greedy(inst, bound, PARAMS)
+    repaired = squeaky_wheel(inst, order, offsets, bound, Budget(None, steps=20_000), PARAMS)
     assert bound <= peak_of(inst, repaired) <= peak_of(inst, offsets)
     sizes = list(inst.sizes)
     assert find_overlaps(sizes, list(inst.starts), list(inst.ends), repaired) == []

@@ -13,7 +13,7 @@ from tensorplan.planners import Buffer, PlannerParams, lower_bound, plan_buffers
 from tensorplan.planners.dispatch import auto_budget_seconds
 from tensorplan.planners.exact.optimal import SearchOutcome, plan_optimal
 from tensorplan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
-from tensorplan.validate import find_overlaps
+from tensorplan.validate import find_violations
 
 
 def dsa_dir() -> Path:
@@ -54,7 +54,7 @@ def test_every_instance_plans_with_a_verified_greedy_plan(path):
     buffers = instance.problem.buffers
     placement = plan_buffers(buffers, algorithm="greedy")
     sizes, starts, ends = ([getattr(b, f) for b in buffers] for f in ("size", "start", "end"))
-    assert find_overlaps(sizes, starts, ends, placement.offsets) == []
+    assert find_violations(sizes, starts, ends, placement.offsets) == []
     assert placement.lower_bound == lower_bound(buffers)
     assert placement.lower_bound == KNOWN_BOUNDS.get(path.stem, 1_048_576)
     assert placement.lower_bound <= placement.peak <= sum(sizes)
@@ -174,7 +174,7 @@ def test_optimal_reaches_the_best_known_peak_of_challenging_d():
     # (about 2.2M of the 3.6M steps of the default 30 s budget)
     inst, _, found = _plan_in_steps("challenging_D", PlannerParams().optimal_seconds)
     assert peak_of(inst, found.offsets) * inst.unit <= 1_048_576
-    assert find_overlaps(list(inst.sizes), list(inst.starts), list(inst.ends),
+    assert find_violations(list(inst.sizes), list(inst.starts), list(inst.ends),
                          found.offsets) == []
 
 

@@ -20,7 +20,7 @@ from tensorplan.planners.greedy.occupancy import OccupancyIndex, add_range, best
 from tensorplan.planners.greedy.portfolio import best_greedy
 from tensorplan.planners.greedy.repair import squeaky_wheel
 from tensorplan.planners.problem.instance import peak_of, section_loads, to_instance
-from tensorplan.validate import find_overlaps
+from tensorplan.validate import find_violations
 
 
 def _verified(buffers: list[Buffer], placement: Placement, alignment: int = 1) -> bool:
@@ -28,7 +28,7 @@ def _verified(buffers: list[Buffer], placement: Placement, alignment: int = 1) -
     sizes = [-(-b.size // alignment) * alignment for b in buffers]
     starts = [b.start for b in buffers]
     ends = [b.end for b in buffers]
-    return find_overlaps(sizes, starts, ends, placement.offsets, alignment) == []
+    return find_violations(sizes, starts, ends, placement.offsets, alignment) == []
 
 
 PARAMS = PlannerParams()  # the defaults
@@ -274,7 +274,7 @@ def test_window_probes_are_exact_with_an_unlimited_budget(buffers, extra):
     else:
         assert peak_of(inst, windowed.offsets) <= cap
         starts, ends = list(inst.starts), list(inst.ends)
-        assert find_overlaps(list(inst.sizes), starts, ends, windowed.offsets) == []
+        assert find_violations(list(inst.sizes), starts, ends, windowed.offsets) == []
 
 
 @settings(max_examples=60, deadline=None)
@@ -307,7 +307,7 @@ def test_a_paused_probe_can_be_dropped_and_its_tables_reused():
     assert fresh == settle(Probe(to_search_instance(inst), cap, Budget(None), PARAMS))
     assert fresh.offsets is not None and peak_of(inst, fresh.offsets) <= cap
     sizes, starts_, ends = list(inst.sizes), list(inst.starts), list(inst.ends)
-    assert find_overlaps(sizes, starts_, ends, fresh.offsets) == []
+    assert find_violations(sizes, starts_, ends, fresh.offsets) == []
 
 
 def test_probes_that_cannot_search_end_the_capacity_search():
@@ -353,7 +353,7 @@ def test_squeaky_wheel_repair_never_makes_a_plan_worse(buffers):
     repaired = squeaky_wheel(inst, order, offsets, bound, Budget(None, steps=20_000), PARAMS)
     assert bound <= peak_of(inst, repaired) <= peak_of(inst, offsets)
     sizes = list(inst.sizes)
-    assert find_overlaps(sizes, list(inst.starts), list(inst.ends), repaired) == []
+    assert find_violations(sizes, list(inst.starts), list(inst.ends), repaired) == []
 
 
 def test_zero_time_limit_returns_the_greedy_plan():

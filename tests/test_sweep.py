@@ -12,7 +12,7 @@ from tensorplan.planners.greedy.occupancy import OccupancyIndex, best_fit
 from tensorplan.planners.greedy.portfolio import best_greedy, portfolio
 from tensorplan.planners.greedy.sweep import STACK_ORDERS, FreeSpace, sweep_order, sweep_steps
 from tensorplan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
-from tensorplan.validate import find_overlaps
+from tensorplan.validate import find_violations
 
 PARAMS = PlannerParams()  # the defaults
 INDEXED = PARAMS.classic_order_limit  # up to it greedy runs the classic orders too
@@ -75,7 +75,7 @@ def test_peak_sweep_equals_best_fit_through_the_index_in_its_order(inst, stack_o
     for i in sides[0] + sides[1] + sides[2]:
         expected[i] = index.place(inst.starts[i], inst.ends[i], inst.sizes[i])
     assert finished and offsets == expected and peak == peak_of(inst, offsets)
-    assert find_overlaps(list(inst.sizes), list(inst.starts), list(inst.ends), offsets) == []
+    assert find_violations(list(inst.sizes), list(inst.starts), list(inst.ends), offsets) == []
 
 
 def test_the_stack_holds_exactly_the_buffers_live_at_the_peak():
@@ -119,7 +119,7 @@ def test_large_random_set_plans_verified_and_close_to_its_bound():
     assert placement.peak == 134_699_012
     sizes = [b.size for b in buffers]
     starts, ends = [b.start for b in buffers], [b.end for b in buffers]
-    assert find_overlaps(sizes, starts, ends, placement.offsets) == []
+    assert find_violations(sizes, starts, ends, placement.offsets) == []
 
 
 def test_wide_portfolio_is_never_worse_than_the_fast_one():

@@ -375,3 +375,71 @@ def test_time_limit_must_be_a_finite_number(time_limit):
 def test_bool_alignment_is_rejected():
     with pytest.raises(PlanError, match="alignment must be a positive int"):
         plan_buffers(STAIRS, alignment=True)
+
+
+PRUNING_RULES = ("canonical_order", "dominance", "section_bounds", "decomposition")
+NO_PRUNING = PlannerParams(**{rule: False for rule in PRUNING_RULES})
+
+
+@settings(max_examples=40, deadline=None)
+@given(buffer_lists(sizes=(1, 9), starts=6, length=5, count=(1, 7)))
+def test_every_pruning_switch_off_still_proves_the_same_optimum(buffers):
+    best = plan_buffers(buffers, algorithm="optimal", time_limit=30)
+    for params in [NO_PRUNING, *(PlannerParams(**{rule: False}) for rule in PRUNING_RULES)]:
+        placement = plan_buffers(buffers, algorithm="optimal", time_limit=30, params=params)
+        assert (placement.peak, placement.optimal) == (best.peak, True)
+        assert placement.peak == _brute_force_peak(buffers)
+        assert _verified(buffers, placement)
+
+
+def _probe_steps(buffers: list[tuple[int, int, int]], params: PlannerParams):
+    """Budget steps and verdict of a probe at the lower bound of ``buffers`` (size, start, end)."""
+    inst = to_instance(Problem(tuple(Buffer(*b) for b in buffers)))
+    budget = Budget(None)
+    verdict = settle(Probe(to_search_instance(inst), max(section_loads(inst)), budget, params))
+    return budget.steps, verdict
+
+
+# no plan fits at its lower bound (21): the probe must refute it
+REFUTED_AT_BOUND = [(1, 5, 7), (7, 2, 6), (9, 9, 14), (5, 5, 10), (6, 3, 9), (4, 6, 11),
+                    (5, 6, 7), (6, 10, 11), (4, 7, 10), (8, 0, 5)]
+# a plan fits at the bound, found only after some backtracking
+FOUND_AFTER_BACKTRACKING = [(7, 10, 14), (1, 1, 4), (8, 0, 4), (6, 7, 11), (3, 7, 12), (1, 5, 9),
+                            (1, 1, 4), (8, 11, 15), (5, 11, 14), (2, 8, 11), (8, 5, 9), (3, 3, 9),
+                            (5, 0, 4), (4, 3, 7)]
+SPLITS_INTO_PARTS = [(8, 0, 6), (5, 8, 13), (4, 6, 7), (2, 5, 8), (5, 10, 15), (1, 3, 8),
+                     (1, 3, 8), (3, 8, 12), (1, 10, 12), (4, 6, 8), (4, 1, 6), (8, 3, 5),
+                     (7, 11, 13), (2, 10, 12), (3, 8, 10), (3, 2, 7)]
+
+
+@pytest.mark.parametrize(("rule", "buffers"), [
+    ("canonical_order", REFUTED_AT_BOUND),
+    ("section_bounds", REFUTED_AT_BOUND),
+    ("dominance", FOUND_AFTER_BACKTRACKING),
+    ("decomposition", SPLITS_INTO_PARTS),
+])
+def test_each_pruning_rule_saves_search_steps(rule, buffers):
+    steps, verdict = _probe_steps(buffers, PARAMS)
+    steps_off, verdict_off = _probe_steps(buffers, PlannerParams(**{rule: False}))
+    assert verdict_off.exhausted and (verdict_off.offsets is None) == (verdict.offsets is None)
+    assert steps_off > steps
+    assert (verdict.offsets is None) == (buffers is REFUTED_AT_BOUND)
+
+
+def test_planner_params_reach_the_search_from_plan_buffers():
+    # no search budget at all: optimal keeps greedy's plan (6) and cannot prove the bound (5)
+    starved = PlannerParams(steps_per_second=0)
+    placement = plan_buffers(GREEDY_MISSES, algorithm="optimal", params=starved)
+    assert (placement.peak, placement.optimal, placement.algorithm) == (6, False, "greedy")
+
+
+@pytest.mark.parametrize("bad", [{"dominance": 1}, {"step_buffers": 0}, {"repair_share": -1.0},
+                                 {"branching_orders": ("WAX",)}, {"branching_orders": ()}])
+def test_planner_params_refuse_values_that_would_break_the_search(bad):
+    with pytest.raises(PlanError, match="PlannerParams"):
+        PlannerParams(**bad)
+
+
+def test_plan_buffers_refuses_params_of_another_type():
+    with pytest.raises(PlanError, match="params must be a tensorplan.PlannerParams"):
+        plan_buffers(STAIRS, params={"dominance": False})

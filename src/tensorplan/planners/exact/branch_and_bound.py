@@ -14,7 +14,7 @@ search still answers exactly, only slower):
   that places u first;
 - ``section_bounds``: a section's level is the highest top placed in it, raised to the lowest
   floor of the unplaced buffers live there; level (or the last offset, if higher) plus the
-  unplaced size live there must stay within the capacity;
+  unplaced size live there must stay within the capacity (off, only each placed top must);
 - ``decomposition``: once no unplaced buffer crosses the boundary between two sections, the
   two sides are independent sub-problems, solved one after the other without re-branching.
 
@@ -150,6 +150,9 @@ class _Search:
             raise _OutOfTime
         lowest, ceiling = min_offset if canonical else 0, self._ceiling(part, todo)
         choices = sorted((floor[i], rank[i], i) for i in todo if lowest <= floor[i] <= ceiling)
+        if not self.params.section_bounds:  # they kept every top within cap: now check it
+            sizes = self.inst.sizes
+            choices = [(x, r, b) for x, r, b in choices if x + sizes[b] <= self.cap]
         for x, r, b in choices:
             if canonical and x == min_offset and r < min_rank:
                 continue

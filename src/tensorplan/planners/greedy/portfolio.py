@@ -68,7 +68,8 @@ def portfolio(n: int, params: PlannerParams, wide: bool = False) -> list[str]:
 def peak_loads(inst: Instance) -> list[int]:
     """For each buffer, the highest total size live in any section of its lifetime.
 
-    Range maxima come from a sparse table: level k holds the max of every 2**k sections.
+    Range maxima come from levels of maxima (a sparse table): level k holds the max of every
+    2**k sections.
 
     >>> peak_loads(Instance((2, 3, 4), (0, 1, 3), (2, 3, 4), 4, (0, 1, 2)))
     [5, 5, 4]

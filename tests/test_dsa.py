@@ -9,10 +9,11 @@ import pytest
 
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import FormatError
-from tensorplan.planners import Buffer, lower_bound, plan_buffers
-from tensorplan.planners.instance import Instance, peak_of, section_loads, to_instance
-from tensorplan.planners.optimal import Outcome, SearchParams, auto_seconds, plan_optimal
-from tensorplan.validate import find_overlaps
+from tensorplan.planners import Buffer, PlannerParams, lower_bound, plan_buffers
+from tensorplan.planners.dispatch import auto_budget_seconds
+from tensorplan.planners.exact.optimal import SearchOutcome, plan_optimal
+from tensorplan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
+from tensorplan.validate import find_violations
 
 
 def dsa_dir() -> Path:
@@ -53,7 +54,7 @@ def test_every_instance_plans_with_a_verified_greedy_plan(path):
     buffers = instance.problem.buffers
     placement = plan_buffers(buffers, algorithm="greedy")
     sizes, starts, ends = ([getattr(b, f) for b in buffers] for f in ("size", "start", "end"))
-    assert find_overlaps(sizes, starts, ends, placement.offsets) == []
+    assert find_violations(sizes, starts, ends, placement.offsets) == []
     assert placement.lower_bound == lower_bound(buffers)
     assert placement.lower_bound == KNOWN_BOUNDS.get(path.stem, 1_048_576)
     assert placement.lower_bound <= placement.peak <= sum(sizes)
@@ -129,7 +130,7 @@ def test_optimal_search_repeats_itself_under_a_step_budget():
     problem = load_instance(dsa_dir() / "challenging_D.csv").problem
     inst = to_instance(problem)
     bound = max(section_loads(inst))
-    params = SearchParams(steps_per_second=20_000)
+    params = PlannerParams(steps_per_second=20_000)
     first = plan_optimal(inst, bound, 5.0, params)
     second = plan_optimal(inst, bound, 5.0, params)
     assert first == second
@@ -154,16 +155,16 @@ def test_optimal_reaches_the_bound_of_challenging_e_within_30_seconds():
     assert placement.optimal is True and placement.search_seconds <= 33
 
 
-def _plan_in_steps(name: str, seconds: float | None) -> tuple[Instance, int, Outcome]:
+def _plan_in_steps(name: str, seconds: float | None) -> tuple[Instance, int, SearchOutcome]:
     """The optimal planner on a shared instance with the step budget of ``seconds`` (None:
     auto's default for its size) and no wall clock: the result does not depend on how busy
     the machine is (make bench times it)."""
     inst = to_instance(load_instance(dsa_dir() / f"{name}.csv").problem)
     bound = max(section_loads(inst))
-    params = SearchParams()
+    params = PlannerParams()
     if seconds is None:
-        seconds = auto_seconds(len(inst.sizes), params)
-    steps = SearchParams(steps_per_second=int(seconds * params.steps_per_second) // 1_000)
+        seconds = auto_budget_seconds(len(inst.sizes), params)
+    steps = PlannerParams(steps_per_second=int(seconds * params.steps_per_second) // 1_000)
     return inst, bound, plan_optimal(inst, bound, 1_000.0, steps)
 
 
@@ -171,9 +172,9 @@ def _plan_in_steps(name: str, seconds: float | None) -> tuple[Instance, int, Out
 def test_optimal_reaches_the_best_known_peak_of_challenging_d():
     # no plan below 1 MiB (1,024 units) was known; the capacity ladder finds one at 1,021 units
     # (about 2.2M of the 3.6M steps of the default 30 s budget)
-    inst, _, found = _plan_in_steps("challenging_D", SearchParams().optimal_seconds)
+    inst, _, found = _plan_in_steps("challenging_D", PlannerParams().optimal_seconds)
     assert peak_of(inst, found.offsets) * inst.unit <= 1_048_576
-    assert find_overlaps(list(inst.sizes), list(inst.starts), list(inst.ends),
+    assert find_violations(list(inst.sizes), list(inst.starts), list(inst.ends),
                          found.offsets) == []
 
 

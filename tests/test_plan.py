@@ -10,8 +10,10 @@ from shared_models import Branches, Chain
 from torch.export import Dim
 
 import tensorplan as tp
-from tensorplan import zoo
+from tensorplan import plan as plan_stage
+from tensorplan import validate, zoo
 from tensorplan.liveness import lifetimes
+from tensorplan.validate import ViolationKind
 
 
 def test_lifetimes_are_half_open_over_graph_order():
@@ -44,6 +46,87 @@ def test_verify_catches_a_misaligned_offset():
     storages[sid] = dataclasses.replace(storages[sid], offset=storages[sid].offset + 4)
     with pytest.raises(tp.PlanError):
         dataclasses.replace(prog.plan, storages=storages, arena_bytes=10**6).verify()
+
+
+def _kinds(plan: tp.MemoryPlan) -> list[tuple[ViolationKind, tuple[int | str, ...]]]:
+    return [(v.kind, v.buffers) for v in plan.violations()]
+
+
+def test_a_valid_plan_has_no_violations():
+    assert tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1))).plan.violations() == []
+
+
+def test_violations_name_the_overlapping_storages():
+    prog = tp.compile(Chain(), (torch.randn(4),))
+    relu, neg = prog.specs["relu"].storage, prog.specs["neg"].storage
+    storages = dict(prog.plan.storages)
+    storages[neg] = dataclasses.replace(storages[neg], offset=storages[relu].offset)
+    broken = dataclasses.replace(prog.plan, storages=storages)
+    assert _kinds(broken) == [(ViolationKind.OVERLAP, (relu, neg))]
+    assert broken.violations()[0].message.startswith(f"the top-level graph: storage {relu} ")
+
+
+def test_violations_report_a_misaligned_storage():
+    prog = tp.compile(Chain(), (torch.randn(4),))
+    sid = prog.specs["neg"].storage
+    storages = dict(prog.plan.storages)
+    storages[sid] = dataclasses.replace(storages[sid], offset=storages[sid].offset + 4)
+    broken = dataclasses.replace(prog.plan, storages=storages, arena_bytes=10**6)
+    assert (ViolationKind.ALIGNMENT, (sid,)) in _kinds(broken)
+
+
+def test_violations_report_storages_beyond_the_arena():
+    prog = tp.compile(Chain(), (torch.randn(4),))
+    small = dataclasses.replace(prog.plan, arena_bytes=prog.plan.arena_bytes - 16)
+    above = [s.id for s in prog.plan.storages.values()
+             if s.offset + s.size > prog.plan.arena_bytes - 16]
+    assert above and _kinds(small) == [(ViolationKind.OUT_OF_ARENA, (sid,)) for sid in above]
+    with pytest.raises(tp.PlanError, match="plan: invalid memory plan .* above the reported peak"):
+        small.verify()
+
+
+def test_violations_report_a_subgraph_storage_outside_its_region():
+    prog = tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)))
+    (region,) = prog.plan.regions
+    sid = next(s.id for s in prog.plan.storages.values() if s.graph == "true_graph_0/")
+    storages = dict(prog.plan.storages)
+    storages[sid] = dataclasses.replace(storages[sid], offset=region.offset + region.size)
+    broken = dataclasses.replace(prog.plan, storages=storages, arena_bytes=10**6)
+    assert (ViolationKind.OUTSIDE_REGION, (sid,)) in _kinds(broken)
+    with pytest.raises(tp.PlanError, match=f"storage {sid} of 'true_graph_0/' at .* leaves the "
+                                           f"region of '{region.node}'"):
+        broken.verify()
+
+
+def test_each_plan_is_checked_exactly_once(monkeypatch):
+    checked = []  # buffers per call of the checker
+    real = validate.find_violations
+
+    def counting(sizes, *args, **kwargs):
+        checked.append(len(sizes))
+        return real(sizes, *args, **kwargs)
+
+    monkeypatch.setattr(validate, "find_violations", counting)  # plan_buffers' check
+    monkeypatch.setattr(plan_stage, "find_violations", counting)  # the MemoryPlan's check
+    prog = tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)))
+    per_graph = {}
+    for item in [*prog.plan.storages.values(), *prog.plan.regions]:
+        per_graph[item.graph] = per_graph.get(item.graph, 0) + 1
+    assert sorted(per_graph) == ["", "false_graph_0/", "true_graph_0/"]
+    assert sorted(checked) == sorted(per_graph.values())  # once per graph, by the plan stage
+    checked.clear()
+    tp.plan_buffers([tp.Buffer(4, 0, 2), tp.Buffer(4, 1, 3)])
+    assert checked == [2]
+
+
+def test_compile_passes_planner_params_to_the_planners():
+    assert tp.PlannerParams is tp.planners.PlannerParams
+    model, args = torch.nn.Linear(4, 2), (torch.randn(3, 4),)
+    with pytest.raises(tp.PlanError, match="PlannerParams.wide_orders: unknown orders"):
+        tp.compile(model, args, planner_params=tp.PlannerParams(wide_orders=("widest",)))
+    prog = tp.compile(model, args, algorithm="optimal",
+                      planner_params=tp.PlannerParams(steps_per_second=0))
+    assert (prog.plan.arena_bytes, prog.plan.optimal) == (80, True)  # greedy meets the bound
 
 
 @pytest.mark.parametrize("alignment", [4, 16, 64])

@@ -10,17 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorplan.errors import PlanError
-from tensorplan.planners import Buffer, Placement, Problem, lower_bound, plan_buffers
+from tensorplan.planners import Buffer, Placement, PlannerParams, Problem, lower_bound, plan_buffers
 from tensorplan.planners.budget import Budget
-from tensorplan.planners.greedy import best_greedy
-from tensorplan.planners.improve import squeaky_wheel
-from tensorplan.planners.instance import peak_of, section_loads, to_instance
-from tensorplan.planners.occupancy import OccupancyIndex, add_range, best_fit
-from tensorplan.planners.optimal import SearchParams, plan_optimal
-from tensorplan.planners.search import Probe, settle
-from tensorplan.planners.tables import build_tables
-from tensorplan.planners.window import Windows, largest_live, tight_span
-from tensorplan.validate import find_overlaps
+from tensorplan.planners.exact.branch_and_bound import Probe, settle
+from tensorplan.planners.exact.optimal import plan_optimal
+from tensorplan.planners.exact.search_instance import to_search_instance
+from tensorplan.planners.exact.windows import Windows, largest_live, tight_span
+from tensorplan.planners.greedy.occupancy import OccupancyIndex, add_range, best_fit
+from tensorplan.planners.greedy.portfolio import best_greedy
+from tensorplan.planners.greedy.repair import squeaky_wheel
+from tensorplan.planners.problem.instance import peak_of, section_loads, to_instance
+from tensorplan.validate import find_violations
 
 
 def _verified(buffers: list[Buffer], placement: Placement, alignment: int = 1) -> bool:
@@ -28,8 +28,10 @@ def _verified(buffers: list[Buffer], placement: Placement, alignment: int = 1) -
     sizes = [-(-b.size // alignment) * alignment for b in buffers]
     starts = [b.start for b in buffers]
     ends = [b.end for b in buffers]
-    return find_overlaps(sizes, starts, ends, placement.offsets, alignment) == []
+    return find_violations(sizes, starts, ends, placement.offsets, alignment) == []
 
+
+PARAMS = PlannerParams()  # the defaults
 
 # A staircase: three buffers that each overlap the next; optimum stacks pairs, peak 12.
 STAIRS = [Buffer(4, 0, 2), Buffer(4, 1, 3), Buffer(8, 2, 4)]
@@ -263,16 +265,16 @@ def test_window_probes_are_exact_with_an_unlimited_budget(buffers, extra):
     # instance: with no budget limit a window probe finds a plan exactly when one fits
     inst = to_instance(Problem(tuple(buffers)))
     cap = max(section_loads(inst)) + extra
-    whole = settle(Probe(build_tables(inst), cap, Budget(None)))
-    _, order = best_greedy(inst, cap)
-    windowed = settle(Windows(inst, order, max_pairs=10**6).probe(cap, Budget(None)))
+    whole = settle(Probe(to_search_instance(inst), cap, Budget(None), PARAMS))
+    _, order = best_greedy(inst, cap, PARAMS)
+    windowed = settle(Windows(inst, order, PlannerParams(max_pairs=10**6)).probe(cap, Budget(None)))
     assert (windowed.offsets is None) == (whole.offsets is None)
     if windowed.offsets is None:
         assert windowed.exhausted is True
     else:
         assert peak_of(inst, windowed.offsets) <= cap
         starts, ends = list(inst.starts), list(inst.ends)
-        assert find_overlaps(list(inst.sizes), starts, ends, windowed.offsets) == []
+        assert find_violations(list(inst.sizes), starts, ends, windowed.offsets) == []
 
 
 @settings(max_examples=60, deadline=None)
@@ -281,10 +283,10 @@ def test_a_probe_advanced_in_small_turns_ends_as_if_run_at_once(buffers, extra):
     # the orders race in turns of a fixed number of steps, whatever the caller's turns are:
     # pausing and resuming changes nothing
     inst = to_instance(Problem(tuple(buffers)))
-    tables = build_tables(inst)
+    tables = to_search_instance(inst)
     cap = max(section_loads(inst)) + extra
-    at_once = settle(Probe(tables, cap, Budget(None)))
-    probe, verdict = Probe(tables, cap, Budget(None)), None
+    at_once = settle(Probe(tables, cap, Budget(None), PARAMS))
+    probe, verdict = Probe(tables, cap, Budget(None), PARAMS), None
     while verdict is None:
         verdict = probe.advance(1)
     assert verdict == at_once
@@ -296,16 +298,16 @@ def test_a_paused_probe_can_be_dropped_and_its_tables_reused():
     starts = [rng.randrange(100) for _ in range(300)]
     inst = to_instance(Problem(tuple(
         Buffer(rng.randint(1, 64), s, s + rng.randint(1, 20)) for s in starts)))
-    tables = build_tables(inst)
-    cap = peak_of(inst, best_greedy(inst, 0)[0])  # greedy fits: a plan exists
-    paused = Probe(tables, cap, Budget(None))
+    tables = to_search_instance(inst)
+    cap = peak_of(inst, best_greedy(inst, 0, PARAMS)[0])  # greedy fits: a plan exists
+    paused = Probe(tables, cap, Budget(None), PARAMS)
     assert paused.advance(1) is None
     paused.close()
-    fresh = settle(Probe(tables, cap, Budget(None)))
-    assert fresh == settle(Probe(build_tables(inst), cap, Budget(None)))
+    fresh = settle(Probe(tables, cap, Budget(None), PARAMS))
+    assert fresh == settle(Probe(to_search_instance(inst), cap, Budget(None), PARAMS))
     assert fresh.offsets is not None and peak_of(inst, fresh.offsets) <= cap
     sizes, starts_, ends = list(inst.sizes), list(inst.starts), list(inst.ends)
-    assert find_overlaps(sizes, starts_, ends, fresh.offsets) == []
+    assert find_violations(sizes, starts_, ends, fresh.offsets) == []
 
 
 def test_probes_that_cannot_search_end_the_capacity_search():
@@ -313,7 +315,7 @@ def test_probes_that_cannot_search_end_the_capacity_search():
     # the budget; the capacity search must stop (it once spun until killed) and leave the
     # budget to squeaky-wheel repair, which reaches the bound here
     inst = to_instance(Problem(tuple(GREEDY_MISSES)))
-    params = SearchParams(repair_min_buffers=1, repair_share=0.0, max_pairs=0)
+    params = PlannerParams(repair_min_buffers=1, repair_share=0.0, max_pairs=0)
     found = plan_optimal(inst, 5, 60.0, params)
     assert peak_of(inst, found.offsets) == 5 and found.proven is True
 
@@ -326,7 +328,8 @@ def test_a_window_probe_searches_only_around_the_tight_sections():
     loads, largest = section_loads(inst), largest_live(inst)
     assert tight_span(loads, largest, 6) == (0, 2)
     assert tight_span(loads, largest, 9) == (0, 1)  # nothing tight: the (first) fullest section
-    verdict = settle(Windows(inst, [4, 0, 1, 2, 3], max_pairs=100).probe(6, Budget(None)))
+    windows = Windows(inst, [4, 0, 1, 2, 3], PlannerParams(max_pairs=100))
+    verdict = settle(windows.probe(6, Budget(None)))
     assert verdict.offsets is not None and peak_of(inst, verdict.offsets) == 6
 
 
@@ -346,11 +349,11 @@ def test_auto_is_never_worse_than_greedy(buffers):
 def test_squeaky_wheel_repair_never_makes_a_plan_worse(buffers):
     inst = to_instance(Problem(tuple(buffers)))
     bound = max(section_loads(inst), default=0)
-    offsets, order = best_greedy(inst, bound)
-    repaired = squeaky_wheel(inst, order, offsets, bound, Budget(None, steps=20_000))
+    offsets, order = best_greedy(inst, bound, PARAMS)
+    repaired = squeaky_wheel(inst, order, offsets, bound, Budget(None, steps=20_000), PARAMS)
     assert bound <= peak_of(inst, repaired) <= peak_of(inst, offsets)
     sizes = list(inst.sizes)
-    assert find_overlaps(sizes, list(inst.starts), list(inst.ends), repaired) == []
+    assert find_violations(sizes, list(inst.starts), list(inst.ends), repaired) == []
 
 
 def test_zero_time_limit_returns_the_greedy_plan():
@@ -372,3 +375,71 @@ def test_time_limit_must_be_a_finite_number(time_limit):
 def test_bool_alignment_is_rejected():
     with pytest.raises(PlanError, match="alignment must be a positive int"):
         plan_buffers(STAIRS, alignment=True)
+
+
+PRUNING_RULES = ("canonical_order", "dominance", "section_bounds", "decomposition")
+NO_PRUNING = PlannerParams(**{rule: False for rule in PRUNING_RULES})
+
+
+@settings(max_examples=40, deadline=None)
+@given(buffer_lists(sizes=(1, 9), starts=6, length=5, count=(1, 7)))
+def test_every_pruning_switch_off_still_proves_the_same_optimum(buffers):
+    best = plan_buffers(buffers, algorithm="optimal", time_limit=30)
+    for params in [NO_PRUNING, *(PlannerParams(**{rule: False}) for rule in PRUNING_RULES)]:
+        placement = plan_buffers(buffers, algorithm="optimal", time_limit=30, params=params)
+        assert (placement.peak, placement.optimal) == (best.peak, True)
+        assert placement.peak == _brute_force_peak(buffers)
+        assert _verified(buffers, placement)
+
+
+def _probe_steps(buffers: list[tuple[int, int, int]], params: PlannerParams):
+    """Budget steps and verdict of a probe at the lower bound of ``buffers`` (size, start, end)."""
+    inst = to_instance(Problem(tuple(Buffer(*b) for b in buffers)))
+    budget = Budget(None)
+    verdict = settle(Probe(to_search_instance(inst), max(section_loads(inst)), budget, params))
+    return budget.steps, verdict
+
+
+# no plan fits at its lower bound (21): the probe must refute it
+REFUTED_AT_BOUND = [(1, 5, 7), (7, 2, 6), (9, 9, 14), (5, 5, 10), (6, 3, 9), (4, 6, 11),
+                    (5, 6, 7), (6, 10, 11), (4, 7, 10), (8, 0, 5)]
+# a plan fits at the bound, found only after some backtracking
+FOUND_AFTER_BACKTRACKING = [(7, 10, 14), (1, 1, 4), (8, 0, 4), (6, 7, 11), (3, 7, 12), (1, 5, 9),
+                            (1, 1, 4), (8, 11, 15), (5, 11, 14), (2, 8, 11), (8, 5, 9), (3, 3, 9),
+                            (5, 0, 4), (4, 3, 7)]
+SPLITS_INTO_PARTS = [(8, 0, 6), (5, 8, 13), (4, 6, 7), (2, 5, 8), (5, 10, 15), (1, 3, 8),
+                     (1, 3, 8), (3, 8, 12), (1, 10, 12), (4, 6, 8), (4, 1, 6), (8, 3, 5),
+                     (7, 11, 13), (2, 10, 12), (3, 8, 10), (3, 2, 7)]
+
+
+@pytest.mark.parametrize(("rule", "buffers"), [
+    ("canonical_order", REFUTED_AT_BOUND),
+    ("section_bounds", REFUTED_AT_BOUND),
+    ("dominance", FOUND_AFTER_BACKTRACKING),
+    ("decomposition", SPLITS_INTO_PARTS),
+])
+def test_each_pruning_rule_saves_search_steps(rule, buffers):
+    steps, verdict = _probe_steps(buffers, PARAMS)
+    steps_off, verdict_off = _probe_steps(buffers, PlannerParams(**{rule: False}))
+    assert verdict_off.exhausted and (verdict_off.offsets is None) == (verdict.offsets is None)
+    assert steps_off > steps
+    assert (verdict.offsets is None) == (buffers is REFUTED_AT_BOUND)
+
+
+def test_planner_params_reach_the_search_from_plan_buffers():
+    # no search budget at all: optimal keeps greedy's plan (6) and cannot prove the bound (5)
+    starved = PlannerParams(steps_per_second=0)
+    placement = plan_buffers(GREEDY_MISSES, algorithm="optimal", params=starved)
+    assert (placement.peak, placement.optimal, placement.algorithm) == (6, False, "greedy")
+
+
+@pytest.mark.parametrize("bad", [{"dominance": 1}, {"step_buffers": 0}, {"repair_share": -1.0},
+                                 {"branching_orders": ("WAX",)}, {"branching_orders": ()}])
+def test_planner_params_refuse_values_that_would_break_the_search(bad):
+    with pytest.raises(PlanError, match="PlannerParams"):
+        PlannerParams(**bad)
+
+
+def test_plan_buffers_refuses_params_of_another_type():
+    with pytest.raises(PlanError, match="params must be a tensorplan.PlannerParams"):
+        plan_buffers(STAIRS, params={"dominance": False})

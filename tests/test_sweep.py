@@ -7,12 +7,15 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorplan.planners import Buffer, Problem, plan_buffers
-from tensorplan.planners.greedy import INDEXED, best_greedy, portfolio
-from tensorplan.planners.instance import Instance, peak_of, section_loads, to_instance
-from tensorplan.planners.occupancy import OccupancyIndex, best_fit
-from tensorplan.planners.sweep import STACK_ORDERS, FreeSpace, sweep_order, sweep_steps
-from tensorplan.validate import find_overlaps
+from tensorplan.planners import Buffer, PlannerParams, Problem, plan_buffers
+from tensorplan.planners.greedy.occupancy import OccupancyIndex, best_fit
+from tensorplan.planners.greedy.portfolio import best_greedy, portfolio
+from tensorplan.planners.greedy.sweep import STACK_ORDERS, FreeSpace, sweep_order, sweep_steps
+from tensorplan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
+from tensorplan.validate import find_violations
+
+PARAMS = PlannerParams()  # the defaults
+INDEXED = PARAMS.classic_order_limit  # up to it greedy runs the classic orders too
 
 # place(size) or free(k): give back the k-th oldest live range
 operations = st.lists(
@@ -72,7 +75,7 @@ def test_peak_sweep_equals_best_fit_through_the_index_in_its_order(inst, stack_o
     for i in sides[0] + sides[1] + sides[2]:
         expected[i] = index.place(inst.starts[i], inst.ends[i], inst.sizes[i])
     assert finished and offsets == expected and peak == peak_of(inst, offsets)
-    assert find_overlaps(list(inst.sizes), list(inst.starts), list(inst.ends), offsets) == []
+    assert find_violations(list(inst.sizes), list(inst.starts), list(inst.ends), offsets) == []
 
 
 def test_the_stack_holds_exactly_the_buffers_live_at_the_peak():
@@ -89,14 +92,14 @@ def test_the_stack_holds_exactly_the_buffers_live_at_the_peak():
 
 
 def test_greedy_portfolio_runs_only_sweeps_above_the_indexed_size():
-    assert portfolio(INDEXED) == [f"sweep:{name}" for name in STACK_ORDERS] + [
+    assert portfolio(INDEXED, PARAMS) == [f"sweep:{name}" for name in STACK_ORDERS] + [
         "size",
         "area",
         "length",
         "load",
     ]
-    assert portfolio(INDEXED + 1) == [f"sweep:{name}" for name in STACK_ORDERS]
-    assert portfolio(INDEXED + 1, wide=True)[-2:] == ["length", "load"]
+    assert portfolio(INDEXED + 1, PARAMS) == [f"sweep:{name}" for name in STACK_ORDERS]
+    assert portfolio(INDEXED + 1, PARAMS, wide=True)[-2:] == ["length", "load"]
 
 
 def _random_buffers(n: int, seed: int) -> list[Buffer]:
@@ -116,14 +119,14 @@ def test_large_random_set_plans_verified_and_close_to_its_bound():
     assert placement.peak == 134_699_012
     sizes = [b.size for b in buffers]
     starts, ends = [b.start for b in buffers], [b.end for b in buffers]
-    assert find_overlaps(sizes, starts, ends, placement.offsets) == []
+    assert find_violations(sizes, starts, ends, placement.offsets) == []
 
 
 def test_wide_portfolio_is_never_worse_than_the_fast_one():
     inst = to_instance(Problem(tuple(_random_buffers(INDEXED + 500, seed=3))))
     bound = max(section_loads(inst))
-    fast, _ = best_greedy(inst, bound)
-    wide, order = best_greedy(inst, bound, wide=True)
+    fast, _ = best_greedy(inst, bound, PARAMS)
+    wide, order = best_greedy(inst, bound, PARAMS, wide=True)
     assert peak_of(inst, wide) <= peak_of(inst, fast)
     index = OccupancyIndex(inst.sections)
     assert [index.place(inst.starts[i], inst.ends[i], inst.sizes[i]) for i in order] == [

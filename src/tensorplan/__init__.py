@@ -16,7 +16,7 @@ from .errors import (
     UnsupportedOpError,
 )
 from .plan import MemoryPlan, PlannedRegion, PlannedStorage
-from .planners import Buffer, Placement, plan_buffers
+from .planners import Buffer, Placement, PlannerParams, plan_buffers
 from .program import Program, compile
 from .propagate import propagate
 from .spec import SpecTable, TensorSpec
@@ -25,6 +25,7 @@ __all__ = [
     "Buffer",
     "MemoryPlan",
     "Placement",
+    "PlannerParams",
     "PlannedRegion",
     "PlannedStorage",
     "Program",

@@ -21,7 +21,7 @@ from tensorplan.artifact import save_program
 from tensorplan.bench import BenchRow, bench_target, check_algorithms
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import TensorPlanError
-from tensorplan.plan import PlannerParams
+from tensorplan.plan import PlanOptions
 from tensorplan.planners import Placement, plan_buffers
 from tensorplan.planners.dispatch import PLANNERS
 from tensorplan.program import Program
@@ -123,14 +123,14 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run_plan)
 
 
-def _params(args: argparse.Namespace) -> PlannerParams | None:
+def _params(args: argparse.Namespace) -> PlanOptions | None:
     """Planner options given on the command line, or None when none was given."""
     given = {
         key: value
         for key in ("algorithm", "alignment")
         if (value := getattr(args, key)) is not None
     }
-    return dataclasses.replace(PlannerParams(), **given) if given else None
+    return dataclasses.replace(PlanOptions(), **given) if given else None
 
 
 def _write_outputs(program: Program, args: argparse.Namespace) -> None:

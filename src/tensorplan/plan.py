@@ -2,7 +2,8 @@
 
 Each graph is one planning problem (torch-free ``Buffer``s). Subgraphs are planned first; a
 control-flow node then reserves a region as large as its largest subgraph plan, live only at
-its step, and the subgraph storages sit inside that region.
+its step, and the subgraph storages sit inside that region. The graphs are planned unverified
+and the whole ``MemoryPlan`` is checked once, by ``tensorplan.validate``.
 """
 
 from __future__ import annotations
@@ -11,19 +12,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from .alias import AliasTable, StorageKind
-from .errors import PlanError
 from .liveness import GraphLifetimes
-from .planners import Buffer, Placement, plan_buffers
-from .validate import check_placement
+from .planners import Buffer, Placement, PlannerParams, Problem
+from .planners.dispatch import plan_unverified
+from .validate import Violation, find_escapes, find_violations, plan_error
 
 
 @dataclass(frozen=True)
-class PlannerParams:
+class PlanOptions:
     """Options of the planning stage."""
 
     algorithm: str = "auto"         # naive | greedy | optimal | auto
     alignment: int = 16             # every offset is a multiple of it, sizes rounded up to it
     time_limit: float | None = None  # seconds for the optimal search (None: planner default)
+    params: PlannerParams = PlannerParams()  # the planners' tuning constants and pruning switches
 
 
 @dataclass(frozen=True)
@@ -77,34 +79,42 @@ class MemoryPlan:
     def verify(self) -> None:
         """Raise ``PlanError`` if two storages live at the same step of the same graph overlap,
         an offset breaks the alignment, a subgraph storage leaves its region, or anything
-        exceeds the arena."""
-        for graph in {s.graph for s in self.storages.values()} | {r.graph for r in self.regions}:
-            self._verify_graph(graph)
+        exceeds the arena (``violations()`` lists them)."""
+        violations = self.violations()
+        if violations:
+            raise plan_error(violations, "plan")
+
+    def violations(self) -> list[Violation]:
+        """Every problem of the plan, typed; [] when it is valid. A violation's ``buffers`` are
+        storage ids, and the node names of control-flow regions."""
+        found = []
+        for graph in sorted({s.graph for s in self.storages.values()}
+                            | {r.graph for r in self.regions}):
+            found += self._graph_violations(graph)
         for region in self.regions:
             for sub in region.subgraphs:
-                self._verify_inside(region, sub)
+                inside = [s for s in self.storages.values() if s.graph == sub]
+                found += find_escapes(
+                    (region.offset, region.offset + region.size), f"the region of {region.node!r}",
+                    [s.size for s in inside], [s.offset for s in inside],
+                    labels=[s.id for s in inside],
+                    names=[f"storage {s.id} of {sub!r}" for s in inside])
+        return found
 
-    def _verify_graph(self, graph: str) -> None:
-        items = [(s.size, s.start, s.end, s.offset) for s in self.storages.values()
-                 if s.graph == graph]
-        items += [(r.size, r.step, r.step + 1, r.offset) for r in self.regions if r.graph == graph]
+    def _graph_violations(self, graph: str) -> list[Violation]:
+        """Overlaps, alignment and arena bounds of one graph's storages and regions."""
+        items: list[tuple[int, int, int, int, int | str, str]] = [
+            (s.size, s.start, s.end, s.offset, s.id, f"storage {s.id}")
+            for s in self.storages.values() if s.graph == graph]
+        items += [(r.size, r.step, r.step + 1, r.offset, r.node, f"the region of {r.node!r}")
+                  for r in self.regions if r.graph == graph]
         if not items:
-            return
-        sizes, starts, ends, offsets = (list(column) for column in zip(*items, strict=True))
-        try:
-            check_placement(sizes, starts, ends, offsets, self.alignment, peak=self.arena_bytes)
-        except PlanError as error:
-            where = f"subgraph {graph!r}" if graph else "the top-level graph"
-            raise PlanError(f"plan: {where}: {error}") from None
-
-    def _verify_inside(self, region: PlannedRegion, subgraph: str) -> None:
-        for s in self.storages.values():
-            if s.graph == subgraph and not (
-                    region.offset <= s.offset and s.offset + s.size <= region.offset + region.size):
-                raise PlanError(
-                    f"plan: storage {s.id} of {subgraph!r} at [{s.offset}, {s.offset + s.size}) "
-                    f"leaves the region of {region.node!r} at [{region.offset}, "
-                    f"{region.offset + region.size})")
+            return []
+        sizes, starts, ends, offsets, labels, names = (list(c) for c in zip(*items, strict=True))
+        where = f"subgraph {graph!r}" if graph else "the top-level graph"
+        return [replace(v, message=f"{where}: {v.message}")
+                for v in find_violations(sizes, starts, ends, offsets, self.alignment,
+                                         self.arena_bytes, labels=labels, names=names)]
 
 
 @dataclass(frozen=True)
@@ -117,9 +127,9 @@ class _GraphPlan:
 
 
 def _plan_graph(graph: str, lives: Mapping[str, GraphLifetimes], alias: AliasTable,
-                params: PlannerParams) -> _GraphPlan:
+                options: PlanOptions) -> _GraphPlan:
     own = lives[graph]
-    nested = {sub: _plan_graph(sub, lives, alias, params)
+    nested = {sub: _plan_graph(sub, lives, alias, options)
               for region in own.regions for sub in region.subgraphs}
     region_sizes = [max((nested[s].placement.peak for s in r.subgraphs), default=0)
                     for r in own.regions]
@@ -127,18 +137,18 @@ def _plan_graph(graph: str, lives: Mapping[str, GraphLifetimes], alias: AliasTab
                for lt in own.lifetimes]
     buffers += [Buffer(size, r.step, r.step + 1) for r, size in zip(own.regions, region_sizes,
                                                                      strict=True)]
-    placement = plan_buffers(buffers, algorithm=params.algorithm, alignment=params.alignment,
-                             time_limit=params.time_limit)
+    placement = plan_unverified(Problem(tuple(buffers), options.alignment), options.algorithm,
+                                options.time_limit, options.params)
     offsets = placement.offsets
     storages = {}
     for lt, offset in zip(own.lifetimes, offsets, strict=False):
         storage = alias.storages[lt.storage]
-        storages[lt.storage] = PlannedStorage(lt.storage, offset, _aligned(storage.nbytes, params),
+        storages[lt.storage] = PlannedStorage(lt.storage, offset, _aligned(storage.nbytes, options),
                                               lt.start, lt.end, storage.kind, graph, storage.values)
     regions = []
     for i, (region, size) in enumerate(zip(own.regions, region_sizes, strict=True)):
         base = offsets[len(own.lifetimes) + i]
-        regions.append(PlannedRegion(region.node, graph, base, _aligned(size, params),
+        regions.append(PlannedRegion(region.node, graph, base, _aligned(size, options),
                                      region.step, region.subgraphs))
         for sub in region.subgraphs:
             storages.update({sid: _shifted(s, base) for sid, s in nested[sub].storages.items()})
@@ -146,8 +156,8 @@ def _plan_graph(graph: str, lives: Mapping[str, GraphLifetimes], alias: AliasTab
     return _GraphPlan(placement, storages, regions)
 
 
-def _aligned(size: int, params: PlannerParams) -> int:
-    return -(-size // params.alignment) * params.alignment
+def _aligned(size: int, options: PlanOptions) -> int:
+    return -(-size // options.alignment) * options.alignment
 
 
 def _shifted(item: PlannedStorage | PlannedRegion, base: int) -> PlannedStorage | PlannedRegion:
@@ -155,14 +165,14 @@ def _shifted(item: PlannedStorage | PlannedRegion, base: int) -> PlannedStorage 
 
 
 def plan_memory(lives: Mapping[str, GraphLifetimes], alias: AliasTable,
-                params: PlannerParams = PlannerParams()) -> MemoryPlan:
-    """Place every storage of every graph in one arena and verify the result.
+                options: PlanOptions = PlanOptions()) -> MemoryPlan:
+    """Place every storage of every graph in one arena and verify the result, once.
 
     Raises ``PlanError`` if verification fails (a planner bug: report it).
     """
-    top = _plan_graph("", lives, alias, params)
+    top = _plan_graph("", lives, alias, options)
     plan = MemoryPlan(arena_bytes=top.placement.peak, lower_bound_bytes=top.placement.lower_bound,
-                      algorithm=top.placement.algorithm, alignment=params.alignment,
+                      algorithm=top.placement.algorithm, alignment=options.alignment,
                       optimal=top.placement.optimal, storages=top.storages,
                       regions=tuple(top.regions))
     plan.verify()

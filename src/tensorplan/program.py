@@ -18,7 +18,8 @@ from .alias import AliasTable, analyze
 from .capture import capture
 from .errors import PlanError
 from .liveness import lifetimes
-from .plan import MemoryPlan, PlannerParams, plan_memory
+from .plan import MemoryPlan, PlanOptions, plan_memory
+from .planners import PlannerParams
 from .propagate import propagate
 from .roles import Roles, read_roles
 from .runtime.lower import Lowered, ProgramFacts, lower_program
@@ -125,10 +126,12 @@ def _check_alignment(alignment: int, specs: SpecTable) -> None:
 def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
             args: tuple[Any, ...] | None = None, kwargs: Mapping[str, Any] | None = None, *,
             dynamic_shapes: Any = None, algorithm: str = "auto", alignment: int = 16,
-            time_limit: float | None = None) -> Program:
+            time_limit: float | None = None,
+            planner_params: PlannerParams | None = None) -> Program:
     """Capture (unless given a program), propagate, analyse aliasing, plan and verify.
 
-    Dynamic dims are planned at their upper bounds. The returned plan has been verified.
+    Dynamic dims are planned at their upper bounds. ``planner_params`` tunes the planners
+    (None: the defaults). The returned plan has been verified.
 
     >>> prog = compile(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
     >>> prog.plan.arena_bytes, prog.plan.lower_bound_bytes
@@ -139,8 +142,9 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     specs = propagate(program, roles)
     alias = analyze(program, specs, roles)
     _check_alignment(alignment, specs)
-    params = PlannerParams(algorithm=algorithm, alignment=alignment, time_limit=time_limit)
-    plan = plan_memory(lifetimes(program, alias), alias, params)
+    options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,
+                          params=PlannerParams() if planner_params is None else planner_params)
+    plan = plan_memory(lifetimes(program, alias), alias, options)
     if os.environ.get("TENSORPLAN_DEBUG") == "1":
         print(f"tensorplan: {len(specs)} values, {len(plan.storages)} storages, arena "
               f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B, "

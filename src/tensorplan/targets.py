@@ -25,19 +25,19 @@ from . import zoo
 from .artifact import is_artifact, load_program
 from .capture import capture
 from .errors import InputError
-from .plan import PlannerParams
+from .plan import PlanOptions
 from .program import Program, compile
 
 FORMS = "zoo:NAME, package.module:factory, or the path of a .pt2 file"
 
 
-def load_target(target: str, params: PlannerParams | None = None,
+def load_target(target: str, params: PlanOptions | None = None,
                 example: zoo.Example | None = None) -> Program:
     """Compile the program ``target`` names (see the module docstring for the forms).
 
     A tensorplan program file keeps its saved plan unless ``params`` is given, in which case
     its embedded program is planned again with them; every other target is compiled with
-    ``params`` (default ``PlannerParams()``). ``example`` is the target's ``load_example``
+    ``params`` (default ``PlanOptions()``). ``example`` is the target's ``load_example``
     when the caller has it already: a factory is called once, so the program is compiled from
     the very model the caller compares it with. A malformed target raises ``InputError``.
     """
@@ -69,10 +69,11 @@ def target_name(target: str) -> str:
     return target.rpartition(":")[2]
 
 
-def _options(params: PlannerParams | None) -> dict[str, Any]:
+def _options(params: PlanOptions | None) -> dict[str, Any]:
     """``compile``'s planning keywords from ``params`` (the defaults when None)."""
-    p = params or PlannerParams()
-    return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit}
+    p = params or PlanOptions()
+    return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit,
+            "planner_params": p.params}
 
 
 def load_exported(path: str) -> ExportedProgram:
@@ -81,7 +82,7 @@ def load_exported(path: str) -> ExportedProgram:
     return load_program(path).exported_program if is_artifact(path) else capture(path)
 
 
-def _from_file(path: str, params: PlannerParams | None) -> Program:
+def _from_file(path: str, params: PlanOptions | None) -> Program:
     _require_file(path)
     if params is None and is_artifact(path):
         return load_program(path)

@@ -1,17 +1,17 @@
 """The anytime optimal planner: greedy, squeaky-wheel repair, then branch-and-bound probes.
 
 On large instances the greedy plan is first repaired by re-placing its buffers with the ones
-above the bound promoted (``improve.py``). Then the peak lies between the lower bound ``lo``
+above the bound promoted (``greedy/repair.py``). Then the peak lies between the lower bound ``lo``
 and the best plan found so far, and resumable probes ask the decision search for a plan under
 a capacity: on the whole instance (``search.Probe``) or, on large ones, on windows of it
-around the tight sections (``window.WindowProbe``). A ladder of probes runs side by side:
+around the tight sections (``windows.WindowProbe``). A ladder of probes runs side by side:
 the one at ``lo`` (most instances reach their bound, so it gets half of the steps) and one per
 distance 1, 2, 4, ... below the best peak (see ``_capacity_search``). A found plan lowers the
 best peak, a refuted capacity raises ``lo``; the best plan is proven optimal once ``lo``
 reaches its peak.
 
-Budgets are counted in search steps (``SearchParams.steps_per_second`` per second of the time
-limit) so that a run is repeatable, with the wall clock as a safety net.
+Budgets are counted in search steps (``PlannerParams.steps_per_second`` per second of the
+time limit) so that a run is repeatable, with the wall clock as a safety net.
 """
 
 from __future__ import annotations
@@ -20,35 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tensorplan.planners.budget import Budget
-from tensorplan.planners.greedy import best_greedy
-from tensorplan.planners.improve import squeaky_wheel
-from tensorplan.planners.instance import Instance, peak_of
-from tensorplan.planners.search import Probe, Resumable
-from tensorplan.planners.tables import build_tables
-from tensorplan.planners.window import Windows
+from tensorplan.planners.exact.branch_and_bound import Probe, Resumable
+from tensorplan.planners.exact.search_instance import to_search_instance
+from tensorplan.planners.exact.windows import Windows
+from tensorplan.planners.greedy.portfolio import best_greedy
+from tensorplan.planners.greedy.repair import squeaky_wheel
+from tensorplan.planners.params import PlannerParams
+from tensorplan.planners.problem.instance import Instance, peak_of
 
 
 @dataclass(frozen=True)
-class SearchParams:
-    """Knobs of the optimal search, with their defaults."""
-
-    optimal_seconds: float = 30.0  # budget of algorithm="optimal" when no time_limit is given
-    auto_seconds: float = 1.0  # budget of algorithm="auto" for its first 1,000 buffers ...
-    auto_seconds_per_1000: float = 1.0  # ... plus this much per further 1,000 buffers
-    auto_max_seconds: float = 5.0  # ... and never more than this
-    steps_per_second: int = 120_000  # search steps one second of budget buys (repeatable runs;
-    # the search makes 115-175k a second on challenging_* here with the other core busy)
-    repair_share: float = 0.5  # most of the budget squeaky-wheel repair may take ...
-    repair_patience: int = 1  # ... as it stops after this many passes without a better plan
-    repair_min_buffers: int = 1_000  # from this size: repair, then window probes (window.py)
-    turn_steps: int = 4096  # budget steps a probe of the capacity search runs in one turn
-    epoch_turns: int = 16  # turns the capacity ladder stays put without news ...
-    epoch_growth: int = 4  # ... twice as many after this many epochs
-    max_pairs: int = 2_000_000  # time-overlapping pairs above which a window is not searched
-
-
-@dataclass(frozen=True)
-class Outcome:
+class SearchOutcome:
     """Result of the optimal planner, in units."""
 
     offsets: list[int]  # the best plan found
@@ -56,55 +38,47 @@ class Outcome:
     improved: bool  # the search beat the greedy plan
 
 
-def auto_seconds(n: int, params: SearchParams) -> float:
-    """Default search budget of algorithm="auto" for ``n`` buffers.
-
-    >>> auto_seconds(500, SearchParams()), auto_seconds(5_000, SearchParams())
-    (1.0, 5.0)
-    """
-    extra = max(n - 1000, 0) / 1000 * params.auto_seconds_per_1000
-    return min(params.auto_seconds + extra, params.auto_max_seconds)
-
-
-def plan_optimal(inst: Instance, bound: int, seconds: float, params: SearchParams) -> Outcome:
+def plan_optimal(
+    inst: Instance, bound: int, seconds: float, params: PlannerParams
+) -> SearchOutcome:
     """Best plan found within ``seconds`` (never worse than greedy), and whether it is proven.
 
     Greedy first; on instances of ``repair_min_buffers`` or more, squeaky-wheel repair until it
-    stalls, capacity probes through windows (``window.py``), and repair again with whatever
+    stalls, capacity probes through windows (``windows.py``), and repair again with whatever
     budget the probes left; on smaller ones, capacity probes of the whole instance. The clock
     starts before greedy, so ``seconds`` bounds the whole call. Here greedy peaks at 6 while
     5 is the bound:
 
     >>> inst = Instance((3, 3, 1, 2), (0, 3, 0, 1), (1, 5, 2, 4), 5, (0, 1, 2, 3))
-    >>> plan_optimal(inst, 5, 1.0, SearchParams())
-    Outcome(offsets=[0, 2, 3, 0], proven=True, improved=True)
+    >>> plan_optimal(inst, 5, 1.0, PlannerParams())
+    SearchOutcome(offsets=[0, 2, 3, 0], proven=True, improved=True)
     """
     budget = Budget(seconds, int(seconds * params.steps_per_second))
-    greedy, order = best_greedy(inst, bound, wide=True)
+    greedy, order = best_greedy(inst, bound, params, wide=True)
     greedy_peak = peak_of(inst, greedy)
     if greedy_peak <= bound:
-        return Outcome(greedy, True, False)
+        return SearchOutcome(greedy, True, False)
     large = len(inst.sizes) >= params.repair_min_buffers
     best, lo = greedy, bound
     if large:
-        best = _repair(inst, order, best, bound, budget, params.repair_share,
+        best = _repair(inst, order, best, bound, budget, params, params.repair_share,
                        params.repair_patience)
     if peak_of(inst, best) > bound:
-        probe = Windows(inst, order, params.max_pairs).probe if large else _whole_probe(inst)
+        probe = Windows(inst, order, params).probe if large else _whole_probe(inst, params)
         best, lo = _capacity_search(inst, probe, bound, best, budget, params)
     if large and peak_of(inst, best) > lo and not budget.expired:
-        best = _repair(inst, order, best, bound, budget, 1.0, None)
+        best = _repair(inst, order, best, bound, budget, params, 1.0, None)
     best_peak = peak_of(inst, best)
-    return Outcome(best, lo >= best_peak, best_peak < greedy_peak)
+    return SearchOutcome(best, lo >= best_peak, best_peak < greedy_peak)
 
 
 def _repair(
     inst: Instance, order: list[int], offsets: list[int], bound: int, budget: Budget,
-    share: float, patience: int | None,
+    params: PlannerParams, share: float, patience: int | None,
 ) -> list[int]:
     """Squeaky-wheel repair of ``offsets`` with a share of what ``budget`` has left."""
     repair = Budget(budget.left(), _steps_left(budget, share))
-    best = squeaky_wheel(inst, order, offsets, bound, repair, patience)
+    best = squeaky_wheel(inst, order, offsets, bound, repair, params, patience)
     budget.spend(repair.steps)
     return best
 
@@ -112,10 +86,10 @@ def _repair(
 ProbeMaker = Callable[[int, Budget], Resumable]  # a resumable probe at a capacity
 
 
-def _whole_probe(inst: Instance) -> ProbeMaker:
+def _whole_probe(inst: Instance, params: PlannerParams) -> ProbeMaker:
     """Probes that search the whole instance."""
-    tables = build_tables(inst)
-    return lambda cap, budget: Probe(tables, cap, budget)
+    whole = to_search_instance(inst)
+    return lambda cap, budget: Probe(whole, cap, budget, params)
 
 
 def ladder(lo: int, best: int, epoch: int = 0) -> list[int]:
@@ -136,7 +110,7 @@ def ladder(lo: int, best: int, epoch: int = 0) -> list[int]:
 
 def _capacity_search(
     inst: Instance, make: ProbeMaker, bound: int, best: list[int], budget: Budget,
-    params: SearchParams,
+    params: PlannerParams,
 ) -> tuple[list[int], int]:
     """Probe capacities with the decision search: the best plan and the proven lower bound.
 

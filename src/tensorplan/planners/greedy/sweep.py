@@ -18,7 +18,7 @@ import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterator
 
-from tensorplan.planners.instance import Instance, section_loads
+from tensorplan.planners.problem.instance import Instance, section_loads
 
 
 class FreeSpace:

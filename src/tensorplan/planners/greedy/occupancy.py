@@ -140,11 +140,11 @@ def _covers(bounds: list[int] | None, lo: int, hi: int) -> bool:
     return i % 2 == 1 and hi <= bounds[i]
 
 
-def _add_to(table: list[list[int] | None], node: int, lo: int, hi: int) -> None:
-    """``add_range`` on ``table[node]``, making the list if the node has none yet."""
-    bounds = table[node]
+def _add_to(unions: list[list[int] | None], node: int, lo: int, hi: int) -> None:
+    """``add_range`` on ``unions[node]``, making the list if the node has none yet."""
+    bounds = unions[node]
     if bounds is None:
-        table[node] = [lo, hi]
+        unions[node] = [lo, hi]
     else:
         add_range(bounds, lo, hi)
 

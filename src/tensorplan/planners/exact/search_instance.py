@@ -1,16 +1,16 @@
-"""Read-only tables the branch-and-bound search looks up at every node."""
+"""``SearchInstance``: an instance with the lookups the branch and bound reads at every node."""
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from tensorplan.planners.instance import Instance, section_loads
+from tensorplan.planners.problem.instance import Instance, section_loads
 
 
 @dataclass(frozen=True)
-class SearchTables:
-    """An instance plus what the search derives from it once."""
+class SearchInstance:
+    """An instance plus what the search derives from it once (read-only)."""
 
     sizes: tuple[int, ...]  # size of each buffer, in units
     starts: tuple[int, ...]  # first section of each buffer
@@ -52,9 +52,9 @@ def section_members(inst: Instance) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(row) for row in members)
 
 
-def build_tables(inst: Instance) -> SearchTables:
-    """All lookup tables of ``inst``; O(n log n + overlapping pairs + total span)."""
-    return SearchTables(
+def to_search_instance(inst: Instance) -> SearchInstance:
+    """``inst`` with its lookups; O(n log n + overlapping pairs + total span)."""
+    return SearchInstance(
         sizes=inst.sizes,
         starts=inst.starts,
         ends=inst.ends,

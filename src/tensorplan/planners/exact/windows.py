@@ -17,11 +17,15 @@ from __future__ import annotations
 from collections import deque
 
 from tensorplan.planners.budget import Budget
-from tensorplan.planners.greedy import placement_steps
-from tensorplan.planners.improve import STEPS_PER_PLACEMENT
-from tensorplan.planners.instance import Instance, section_loads
-from tensorplan.planners.search import STEP_BUFFERS, Probe, Verdict
-from tensorplan.planners.tables import SearchTables, build_tables, overlapping_pairs
+from tensorplan.planners.exact.branch_and_bound import Probe, Verdict
+from tensorplan.planners.exact.search_instance import (
+    SearchInstance,
+    overlapping_pairs,
+    to_search_instance,
+)
+from tensorplan.planners.greedy.best_fit import placement_steps
+from tensorplan.planners.params import PlannerParams
+from tensorplan.planners.problem.instance import Instance, section_loads
 
 
 def largest_live(inst: Instance) -> list[int]:
@@ -96,48 +100,53 @@ def complete(inst: Instance, fixed: dict[int, int], order: list[int]) -> list[in
     """
     offsets = [0] * len(inst.sizes)
     rest = [i for i in order if i not in fixed]
-    deque(placement_steps(inst, rest, offsets, fixed), maxlen=0)
+    # a chunk longer than the order: the steps run to the end in one go
+    deque(placement_steps(inst, rest, offsets, len(rest) + 1, fixed), maxlen=0)
     return offsets
 
 
 class Windows:
-    """The windows of one instance, each clipped and tabled once and shared by the probes at
-    every capacity (near capacities mostly ask for the same window). ``order`` is the best-fit
-    order of the completions; a window with more than ``max_pairs`` overlapping pairs is not
+    """The windows of one instance, each clipped once and shared by the probes at every
+    capacity (near capacities mostly ask for the same window). ``order`` is the best-fit order
+    of the completions; a window with more than ``params.max_pairs`` overlapping pairs is not
     searched (its probe ends unresolved). A probe's verdict is exhausted without a plan only
     when the buffers of a window cannot fit, so that no plan fits.
 
-    >>> from tensorplan.planners.search import settle
+    >>> from tensorplan.planners.exact.branch_and_bound import settle
     >>> inst = Instance((3, 3, 1, 2), (0, 3, 0, 1), (1, 5, 2, 4), 5, (0, 1, 2, 3))
-    >>> settle(Windows(inst, [1, 0, 3, 2], 100).probe(5, Budget(None))).offsets
+    >>> from tensorplan.planners.params import PlannerParams
+    >>> windows = Windows(inst, [1, 0, 3, 2], PlannerParams(max_pairs=100))
+    >>> settle(windows.probe(5, Budget(None))).offsets
     [0, 2, 3, 0]
     """
 
-    def __init__(self, inst: Instance, order: list[int], max_pairs: int) -> None:
-        self.inst, self.order, self.max_pairs = inst, order, max_pairs
+    def __init__(self, inst: Instance, order: list[int], params: PlannerParams) -> None:
+        self.inst, self.order, self.params = inst, order, params
         self.loads, self.largest = section_loads(inst), largest_live(inst)
-        self._made: dict[tuple[int, int], tuple[SearchTables | None, list[int]]] = {}
+        self._clipped: dict[tuple[int, int], tuple[SearchInstance | None, list[int]]] = {}
 
-    def tables(
+    def clipped(
         self, lo: int, hi: int, budget: Budget
-    ) -> tuple[SearchTables | None, list[int]] | None:
-        """Search tables of the window ``[lo, hi)`` (None if it holds more than ``max_pairs``
-        overlapping pairs) and the indices of its buffers; None if ``budget`` runs out first.
+    ) -> tuple[SearchInstance | None, list[int]] | None:
+        """The window ``[lo, hi)`` as a search instance (None if it holds more than
+        ``max_pairs`` overlapping pairs) and the indices of its buffers; None if ``budget``
+        runs out first.
 
-        Making them is charged to ``budget``: a step per ``STEP_BUFFERS`` buffers or pairs.
+        Clipping is charged to ``budget``: a step per ``step_buffers`` buffers or pairs.
         """
-        if (lo, hi) not in self._made:
-            if not budget.spend(1 + len(self.inst.sizes) // STEP_BUFFERS):
+        per_step = self.params.step_buffers
+        if (lo, hi) not in self._clipped:
+            if not budget.spend(1 + len(self.inst.sizes) // per_step):
                 return None
             part, inside = clip(self.inst, lo, hi)
             pairs = overlapping_pairs(part)
-            if pairs > self.max_pairs:
-                self._made[lo, hi] = None, inside
-            elif not budget.spend(1 + pairs // STEP_BUFFERS):
+            if pairs > self.params.max_pairs:
+                self._clipped[lo, hi] = None, inside
+            elif not budget.spend(1 + pairs // per_step):
                 return None
             else:
-                self._made[lo, hi] = build_tables(part), inside
-        return self._made[lo, hi]
+                self._clipped[lo, hi] = to_search_instance(part), inside
+        return self._clipped[lo, hi]
 
     def probe(self, cap: int, budget: Budget) -> WindowProbe:
         """A window probe at ``cap``, starting from the tight sections' span."""
@@ -154,7 +163,7 @@ class WindowProbe:
         self._search: Probe | None = None
         self._inside: list[int] = []
         self._span = 0, 0
-        if budget.spend(1 + len(windows.loads) // STEP_BUFFERS):
+        if budget.spend(1 + len(windows.loads) // windows.params.step_buffers):
             self._open(*tight_span(windows.loads, windows.largest, cap))
         else:
             self.verdict = Verdict(None, False)
@@ -163,12 +172,12 @@ class WindowProbe:
         """Start searching the window ``[lo, hi)`` (unresolved if it holds too many pairs or
         the budget runs out)."""
         self._span = lo, hi
-        made = self.windows.tables(lo, hi, self.budget)
-        if made is None or made[0] is None:
+        clipped = self.windows.clipped(lo, hi, self.budget)
+        if clipped is None or clipped[0] is None:
             self.verdict = Verdict(None, False)
         else:
-            tables, self._inside = made
-            self._search = Probe(tables, self.cap, self.budget)
+            window, self._inside = clipped
+            self._search = Probe(window, self.cap, self.budget, self.windows.params)
 
     def advance(self, steps: int) -> Verdict | None:
         """Search the current window for about ``steps`` budget steps; complete or grow it when
@@ -186,7 +195,7 @@ class WindowProbe:
         if found.offsets is None:
             self.verdict = found
             return
-        if not self.budget.spend(len(order) * STEPS_PER_PLACEMENT):
+        if not self.budget.spend(len(order) * self.windows.params.steps_per_placement):
             self.verdict = Verdict(None, False)
             return
         offsets = complete(inst, dict(zip(self._inside, found.offsets, strict=True)), order)

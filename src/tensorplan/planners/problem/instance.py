@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tensorplan.planners.problem import Problem
+from tensorplan.planners.problem.data import Problem
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Instance:
 def to_instance(problem: Problem) -> Instance:
     """Scale sizes to units and number the sections.
 
-    >>> from tensorplan.planners.problem import Buffer
+    >>> from tensorplan.planners.problem.data import Buffer
     >>> inst = to_instance(Problem((Buffer(16, 10, 30), Buffer(0, 0, 5), Buffer(20, 20, 40)), 16))
     >>> inst.sizes, inst.starts, inst.ends, inst.sections, inst.source, inst.widths, inst.unit
     ((1, 2), (0, 1), (2, 3), 3, (0, 2), (20, 20), 16)

@@ -8,12 +8,13 @@ load), which need the two-dimensional occupancy index and cost several times mor
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Mapping
-from operator import sub
+from collections.abc import Callable, Iterator
 
-from tensorplan.planners.instance import Instance, section_loads
-from tensorplan.planners.occupancy import OccupancyIndex
-from tensorplan.planners.sweep import STACK_ORDERS, sweep_order, sweep_steps
+from tensorplan.errors import PlanError
+from tensorplan.planners.greedy.best_fit import placement_steps
+from tensorplan.planners.greedy.sweep import STACK_ORDERS, sweep_order, sweep_steps
+from tensorplan.planners.params import PlannerParams
+from tensorplan.planners.problem.instance import Instance, section_loads
 
 
 def _by_size(inst: Instance, i: int, peak_load: list[int]) -> tuple[int, ...]:
@@ -42,36 +43,33 @@ ORDERS: dict[str, OrderKey] = {
 }
 
 
-# Up to INDEXED buffers every pass runs. Above it greedy runs only the peak sweeps: an
-# index pass costs 60-100 us a buffer on dense traces against ~10 us for a sweep, so greedy
-# stays under ~0.5 s at any size up to 10,000 buffers. The wide portfolio of algorithm="auto"
-# adds the index orders that win on large traces: "load" (pangu_2.6B, tiny_bert) and "length"
-# (iopddl_S_1); "size" and "area" never beat both there.
-INDEXED = 1_000
-WIDE_ORDERS = ("length", "load")
-
-
-def portfolio(n: int, wide: bool = False) -> list[str]:
+def portfolio(n: int, params: PlannerParams, wide: bool = False) -> list[str]:
     """Names of the passes run for ``n`` buffers, in rank order (the rank breaks ties).
 
-    Peak sweeps are named ``sweep:<stack order>``; ``wide`` keeps the large-trace index orders
-    above ``INDEXED`` buffers.
+    Peak sweeps are named ``sweep:<stack order>``; up to ``params.classic_order_limit`` buffers
+    the classic orders run too, and ``wide`` keeps ``params.wide_orders`` above it.
 
-    >>> portfolio(10)
+    >>> params = PlannerParams()
+    >>> portfolio(10, params)
     ['sweep:longest', 'sweep:reach', 'sweep:earliest', 'size', 'area', 'length', 'load']
-    >>> portfolio(INDEXED + 1), portfolio(INDEXED + 1, wide=True)[3:]
+    >>> portfolio(1_001, params), portfolio(1_001, params, wide=True)[3:]
     (['sweep:longest', 'sweep:reach', 'sweep:earliest'], ['length', 'load'])
     """
+    unknown = [name for name in params.wide_orders if name not in ORDERS]
+    if unknown:
+        raise PlanError(f"PlannerParams.wide_orders: unknown orders {unknown}; "
+                        f"choose from {', '.join(ORDERS)}")
     sweeps = [f"sweep:{name}" for name in STACK_ORDERS]
-    if n <= INDEXED:
+    if n <= params.classic_order_limit:
         return sweeps + list(ORDERS)
-    return sweeps + list(WIDE_ORDERS if wide else ())
+    return sweeps + list(params.wide_orders if wide else ())
 
 
 def peak_loads(inst: Instance) -> list[int]:
     """For each buffer, the highest total size live in any section of its lifetime.
 
-    Range maxima come from a sparse table: level k holds the max of every 2**k sections.
+    Range maxima come from levels of maxima (a sparse table): level k holds the max of every
+    2**k sections.
 
     >>> peak_loads(Instance((2, 3, 4), (0, 1, 3), (2, 3, 4), 4, (0, 1, 2)))
     [5, 5, 4]
@@ -87,90 +85,54 @@ def peak_loads(inst: Instance) -> list[int]:
     return peaks
 
 
-CHUNK = 512  # buffers placed by one pass before the portfolio picks which pass to advance next
-
-
-def placement_steps(
-    inst: Instance, order: list[int], offsets: list[int], fixed: Mapping[int, int] | None = None
-) -> Iterator[tuple[int, bool]]:
-    """Place the buffers in ``order`` by best fit into ``offsets``, yielding (peak, finished).
-
-    Each buffer goes into the smallest free gap left by the already placed buffers it overlaps in
-    time (the lowest such gap on ties), or on top of them; ``fixed`` buffers (index: offset, not
-    in ``order``) are in place from the start. The running peak of the buffers in ``order`` is
-    yielded every ``CHUNK`` buffers and once, with ``finished=True``, at the end.
-
-    >>> inst = Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2))
-    >>> offsets = [0, 0, 0]
-    >>> list(placement_steps(inst, [0, 1, 2], offsets)), offsets
-    ([(6, True)], [0, 4, 4])
-    >>> list(placement_steps(inst, [0, 2], offsets, {1: 0})), offsets
-    ([(6, True)], [2, 0, 0])
-    """
-    starts, ends, sizes = inst.starts, inst.ends, inst.sizes
-    longest = max(map(sub, ends, starts), default=1)
-    index = OccupancyIndex(inst.sections, longest)
-    for i, offset in (fixed or {}).items():
-        offsets[i] = offset
-        index.add(offset, offset + sizes[i], starts[i], ends[i])
-    place = index.place
-    peak = 0
-    for count, i in enumerate(order, 1):
-        size = sizes[i]
-        offset = place(starts[i], ends[i], size)
-        offsets[i] = offset
-        if offset + size > peak:
-            peak = offset + size
-        if count % CHUNK == 0 and count < len(order):
-            yield peak, False
-    yield peak, True
-
-
 Steps = Iterator[tuple[int, bool]]
 
 
 def start_pass(
-    inst: Instance, name: str, loads: list[int], offsets: list[int]
+    inst: Instance, name: str, loads: list[int], offsets: list[int], chunk: int
 ) -> tuple[list[int], Steps]:
     """The best-fit order of pass ``name`` and its steps, which fill ``offsets`` as they run.
 
     A sweep's order is its stack, then its left side, then its right side: best fit through
-    the occupancy index in that order gives the sweep's offsets.
+    the occupancy index in that order gives the sweep's offsets. Steps yield every ``chunk``
+    buffers.
     """
     if name.startswith("sweep:"):
         sides = sweep_order(inst, STACK_ORDERS[name.removeprefix("sweep:")])
-        return sides[0] + sides[1] + sides[2], sweep_steps(inst, sides, offsets, CHUNK)
+        return sides[0] + sides[1] + sides[2], sweep_steps(inst, sides, offsets, chunk)
     key = ORDERS[name]
     order = sorted(range(len(inst.sizes)), key=lambda i: key(inst, i, loads))
-    return order, placement_steps(inst, order, offsets)
+    return order, placement_steps(inst, order, offsets, chunk)
 
 
-def plan_greedy(inst: Instance, bound: int) -> list[int]:
+def plan_greedy(inst: Instance, bound: int, params: PlannerParams) -> list[int]:
     """Offsets of the best plan over the portfolio of orders; stops early at ``bound``.
 
-    >>> plan_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6)
+    >>> plan_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6, PlannerParams())
     [0, 4, 4]
     """
-    return best_greedy(inst, bound)[0]
+    return best_greedy(inst, bound, params)[0]
 
 
-def best_greedy(inst: Instance, bound: int, wide: bool = False) -> tuple[list[int], list[int]]:
+def best_greedy(
+    inst: Instance, bound: int, params: PlannerParams, wide: bool = False
+) -> tuple[list[int], list[int]]:
     """The best plan over the portfolio (``wide`` as in ``portfolio``) and the order behind it.
 
     The passes run interleaved, always advancing the one whose running peak is lowest, and a
     pass is dropped once its running peak reaches the best finished one: the peak is the same as
     running every pass in full, for a fraction of the work.
 
-    >>> best_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6)
+    >>> best_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6, PlannerParams())
     ([0, 4, 4], [0, 1, 2])
     """
     n = len(inst.sizes)
-    names = portfolio(n, wide)
+    names = portfolio(n, params, wide)
     loads = peak_loads(inst) if set(names) & set(ORDERS) else []
     passes = []
     for rank, name in enumerate(names):
         offsets = [0] * n
-        order, steps = start_pass(inst, name, loads, offsets)
+        order, steps = start_pass(inst, name, loads, offsets, params.pass_chunk)
         passes.append((0, rank, steps, offsets, order))
     best, best_order, best_peak = passes[0][3], passes[0][4], None
     while passes:

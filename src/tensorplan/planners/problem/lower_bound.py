@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tensorplan.planners.instance import section_loads, to_instance
-from tensorplan.planners.problem import Buffer, Problem
+from tensorplan.planners.problem.data import Buffer, Problem
+from tensorplan.planners.problem.instance import section_loads, to_instance
 
 
 def lower_bound(buffers: Iterable[Buffer] | Problem, alignment: int = 1) -> int:

@@ -8,34 +8,37 @@ the gap on large model traces, where the branch-and-bound search is too slow to 
 from __future__ import annotations
 
 from tensorplan.planners.budget import Budget
-from tensorplan.planners.greedy import CHUNK, placement_steps
-from tensorplan.planners.instance import Instance
+from tensorplan.planners.greedy.best_fit import placement_steps
+from tensorplan.planners.params import PlannerParams
+from tensorplan.planners.problem.instance import Instance
 
-STEPS_PER_PLACEMENT = 10  # budget steps one best-fit placement costs (~80 us: 10 search steps)
 
-
-def _pass(inst: Instance, order: list[int], budget: Budget) -> list[int] | None:
-    """One best-fit pass in ``order``; None if the budget runs out first."""
+def _pass(
+    inst: Instance, order: list[int], budget: Budget, params: PlannerParams
+) -> list[int] | None:
+    """One best-fit pass in ``order``, charged per placement; None if the budget runs out."""
     offsets = [0] * len(order)
-    for _ in placement_steps(inst, order, offsets):
-        if not budget.spend(CHUNK * STEPS_PER_PLACEMENT):
+    chunk = params.pass_chunk
+    for _ in placement_steps(inst, order, offsets, chunk):
+        if not budget.spend(chunk * params.steps_per_placement):
             return None
     return offsets
 
 
 def squeaky_wheel(
     inst: Instance, order: list[int], offsets: list[int], bound: int, budget: Budget,
-    patience: int | None = None,
+    params: PlannerParams, patience: int | None = None,
 ) -> list[int]:
     """The best plan found by repeatedly promoting the buffers above ``bound``; never worse.
 
     ``offsets`` is the plan ``order`` gave; the loop stops at ``bound``, when ``budget`` ends,
-    or after ``patience`` passes in a row that found no better plan (None: never).
+    or after ``patience`` passes in a row that found no better plan (None: never). Each pass
+    costs ``params.steps_per_placement`` budget steps a buffer.
 
     Order [1, 0, 3, 2] peaks at 6 (buffer 2 on top); promoting buffer 2 reaches the bound 5:
 
     >>> inst = Instance((3, 3, 1, 2), (0, 3, 0, 1), (1, 5, 2, 4), 5, (0, 1, 2, 3))
-    >>> squeaky_wheel(inst, [1, 0, 3, 2], [0, 0, 5, 3], 5, Budget(None))
+    >>> squeaky_wheel(inst, [1, 0, 3, 2], [0, 0, 5, 3], 5, Budget(None), PlannerParams())
     [1, 0, 0, 3]
     """
     sizes = inst.sizes
@@ -45,7 +48,7 @@ def squeaky_wheel(
         above = [i for i in order if current[i] + sizes[i] > bound]
         promoted = set(above)
         order = above + [i for i in order if i not in promoted]
-        placed = _pass(inst, order, budget)
+        placed = _pass(inst, order, budget, params)
         if placed is None:
             break
         current = placed

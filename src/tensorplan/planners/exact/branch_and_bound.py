@@ -4,24 +4,29 @@ Ideas from MiniMalloc (Moffitt, ASPLOS 2023), re-derived here. Plans are built b
 *canonical* form: buffers are placed in nondecreasing order of offset (ties broken by a
 branching rank), each at its *floor*, the highest top of the already placed buffers it
 overlaps in time. Any plan can be pushed down into that form without raising its peak, so
-nothing is lost. Pruning:
+nothing is lost. Pruning, each rule a switch of ``PlannerParams`` (on by default; off, the
+search still answers exactly, only slower):
 
-- *order*: a buffer whose floor is below the last placed offset cannot come next;
-- *dominance*: placing b at x is pointless while some unplaced buffer u would fit entirely
+- ``canonical_order``: a buffer whose floor is below the last placed offset cannot come next,
+  nor one of lower rank at the same offset;
+- ``dominance``: placing b at x is pointless while some unplaced buffer u would fit entirely
   below x (floor(u) + size(u) <= x): moving u down there is a plan no worse, found in the branch
   that places u first;
-- *sections*: a section's level is the highest top placed in it, raised to the lowest floor of
-  the unplaced buffers live there; level (or the last offset, if higher) plus the unplaced size
-  live there must stay within the capacity;
-- *decomposition*: once no unplaced buffer crosses the boundary between two sections, the two
-  sides are independent sub-problems, solved one after the other without re-branching.
+- ``section_bounds``: a section's level is the highest top placed in it, raised to the lowest
+  floor of the unplaced buffers live there; level (or the last offset, if higher) plus the
+  unplaced size live there must stay within the capacity (off, only each placed top must);
+- ``decomposition``: once no unplaced buffer crosses the boundary between two sections, the
+  two sides are independent sub-problems, solved one after the other without re-branching.
+
+A capacity below the lower bound (the fullest section) is refuted before any search.
 
 Branching order: lowest floor first, then a static rank (by width, area and section total in
-one of three orders). Which order finds a plan fast differs wildly from instance to instance
-(challenging_B: 226k steps with one, more than 2M with the others), so the three run as a race:
-each search is a generator that pauses at the first node after its turn of ``TURN_STEPS``
-budget steps, and the three take turns until one of them finishes (the first runs alone for
-its first node per buffer, which is all an easy instance needs). Nothing is searched twice,
+one of three orders, ``PlannerParams.branching_orders``). Which order finds a plan fast differs
+wildly from instance to instance (challenging_B: 226k steps with one, more than 2M with the
+others), so the three run as a race: each search is a generator that pauses at the first node
+after its turn of ``PlannerParams.race_turn_steps`` budget steps, and the three take turns until
+one of them finishes (the first runs alone for its first node per buffer, which is all an easy
+instance needs). Nothing is searched twice,
 unlike restarts under doubling node limits (challenging_B at its bound: 2.1M steps that way,
 690k as a race).
 """
@@ -37,13 +42,10 @@ from operator import add, sub
 from typing import Protocol
 
 from tensorplan.planners.budget import Budget
-from tensorplan.planners.tables import SearchTables
+from tensorplan.planners.exact.search_instance import SearchInstance
+from tensorplan.planners.params import PlannerParams
 
-HEURISTICS = ("WAT", "TAW", "TWA")  # rank keys, in priority: Width, Area, section Total
 UNPLACED_NONE = 1 << 62  # stands for "no unplaced buffer" in a minimum over a section
-STEP_MEMBERS = 256  # section members scanned per budget step (plus one step per placement)
-STEP_BUFFERS = 16  # unplaced buffers scanned per budget step (plus one step per node)
-TURN_STEPS = 1024  # budget steps one search of a race runs before the next one takes its turn
 
 
 @dataclass(frozen=True)
@@ -74,28 +76,32 @@ class _Search:
     """One depth-first search at a capacity with one branching order, run as a generator that
     pauses at the first node once the budget has counted ``pause_at`` steps."""
 
-    def __init__(self, t: SearchTables, cap: int, heuristic: str, budget: Budget):
-        n, sections = len(t.sizes), len(t.loads)
-        self.t, self.cap, self.heuristic, self.budget = t, cap, heuristic, budget
+    def __init__(self, inst: SearchInstance, cap: int, heuristic: str, budget: Budget,
+                 params: PlannerParams):
+        n, sections = len(inst.sizes), len(inst.loads)
+        self.inst, self.cap, self.heuristic, self.budget = inst, cap, heuristic, budget
+        self.params = params
         self.nodes = 0  # nodes visited so far
         self.pause_at = 0  # pause when the budget's steps reach it
         self.floor = [0] * n  # lowest offset each unplaced buffer may take
         self.open = [0] * n  # floor while unplaced, UNPLACED_NONE once placed
         self.offset = [-1] * n  # offset of each placed buffer, -1 while unplaced
         self.solution = [0] * n  # the offsets of the latest complete plan
-        self.left = list(t.loads)  # unplaced size per section
+        self.left = list(inst.loads)  # unplaced size per section
         # per section, a buffer that recently had the lowest floor there (a hint, never undone)
-        self.witness = [members[0] if members else 0 for members in t.members]
+        self.witness = [members[0] if members else 0 for members in inst.members]
         self.crossing = [0] * max(sections - 1, 0)  # unplaced buffers over each boundary
-        self.members_per_section = sum(map(len, t.members)) // max(sections, 1)
-        for start, end in zip(t.starts, t.ends, strict=True):
+        self.members_per_section = sum(map(len, inst.members)) // max(sections, 1)
+        for start, end in zip(inst.starts, inst.ends, strict=True):
             for s in range(start, end - 1):
                 self.crossing[s] += 1
 
     def solve(self) -> Paused:
         """True when every partition of the whole instance fits."""
-        everyone = tuple(range(len(self.t.sizes)))
+        everyone = tuple(range(len(self.inst.sizes)))
         cuts = [s + 1 for s, count in enumerate(self.crossing) if count == 0]
+        if not self.params.decomposition:
+            cuts = []
         return (yield from self._solve_all(self._split(everyone, 0, len(self.left), cuts)))
 
     def _split(
@@ -105,18 +111,19 @@ class _Search:
         bounds = [lo, *cuts, hi]
         parts = []
         for a, b in zip(bounds, bounds[1:], strict=False):
-            inside = tuple(i for i in buffers if self.offset[i] < 0 and a <= self.t.starts[i] < b)
+            inside = tuple(i for i in buffers
+                           if self.offset[i] < 0 and a <= self.inst.starts[i] < b)
             if inside:
                 parts.append(Partition(inside, a, b))
         return parts
 
     def _rank(self, part: Partition) -> dict[int, int]:
         """Static branching rank of the partition's buffers under the attempt's heuristic."""
-        t, left = self.t, self.left
+        inst, left = self.inst, self.left
         keys = {
-            "W": lambda i: -t.widths[i],
-            "A": lambda i: -t.widths[i] * t.sizes[i],
-            "T": lambda i: -max(left[t.starts[i] : t.ends[i]]),
+            "W": lambda i: -inst.widths[i],
+            "A": lambda i: -inst.widths[i] * inst.sizes[i],
+            "T": lambda i: -max(left[inst.starts[i] : inst.ends[i]]),
         }
         order = sorted(part.buffers, key=lambda i: (*(keys[c](i) for c in self.heuristic), i))
         return {i: r for r, i in enumerate(order)}
@@ -135,30 +142,40 @@ class _Search:
         self.nodes += 1
         if self.budget.steps >= self.pause_at:
             yield
-        floor, sizes, offset = self.floor, self.t.sizes, self.offset
+        floor, offset, canonical = self.floor, self.offset, self.params.canonical_order
         todo = [i for i in part.buffers if offset[i] < 0]
         if not todo:
             return True
-        if not self.budget.spend(1 + len(todo) // STEP_BUFFERS):
+        if not self.budget.spend(1 + len(todo) // self.params.step_buffers):
             raise _OutOfTime
-        # dominance bounds x from above, and so must the fullest section: x + left <= cap
-        ceiling = min(
-            min(map(add, map(floor.__getitem__, todo), map(sizes.__getitem__, todo))) - 1,
-            self.cap - max(self.left[part.lo : part.hi]),
-        )
-        choices = sorted((floor[i], rank[i], i) for i in todo if min_offset <= floor[i] <= ceiling)
+        lowest, ceiling = min_offset if canonical else 0, self._ceiling(part, todo)
+        choices = sorted((floor[i], rank[i], i) for i in todo if lowest <= floor[i] <= ceiling)
+        if not self.params.section_bounds:  # they kept every top within cap: now check it
+            sizes = self.inst.sizes
+            choices = [(x, r, b) for x, r, b in choices if x + sizes[b] <= self.cap]
         for x, r, b in choices:
-            if x == min_offset and r < min_rank:
+            if canonical and x == min_offset and r < min_rank:
                 continue
             if (yield from self._try(part, rank, b, x)):
                 return True
         return False
 
+    def _ceiling(self, part: Partition, todo: list[int]) -> int:
+        """The highest offset the next placement may take: dominance bounds it, and so does
+        the fullest section (x + its unplaced size <= cap)."""
+        ceiling = UNPLACED_NONE
+        if self.params.dominance:
+            floor, sizes = self.floor, self.inst.sizes
+            ceiling = min(map(add, map(floor.__getitem__, todo), map(sizes.__getitem__, todo))) - 1
+        if self.params.section_bounds:
+            ceiling = min(ceiling, self.cap - max(self.left[part.lo : part.hi]))
+        return ceiling
+
     def _try(self, part: Partition, rank: dict[int, int], b: int, x: int) -> Paused:
         """Place ``b`` at ``x``, search on if the sections allow, and undo."""
         raised, old = self._place(b, x)
         try:
-            if not self._sections_ok(x, b, raised):
+            if self.params.section_bounds and not self._sections_ok(x, b, raised):
                 return False
             return (yield from self._continue(part, rank, b, x))
         finally:
@@ -166,24 +183,24 @@ class _Search:
 
     def _place(self, b: int, x: int) -> tuple[list[int], list[int]]:
         """Put ``b`` at ``x``; returns the buffers whose floor it raised, and their old floors."""
-        t, floor, opened, left = self.t, self.floor, self.open, self.left
-        size = t.sizes[b]
+        inst, floor, opened, left = self.inst, self.floor, self.open, self.left
+        size = inst.sizes[b]
         top = x + size
         self.offset[b] = self.solution[b] = x
         opened[b] = UNPLACED_NONE
         # a placed neighbour's open value is UNPLACED_NONE: only unplaced ones are below top
-        raised = [u for u in t.neighbours[b] if opened[u] < top]
+        raised = [u for u in inst.neighbours[b] if opened[u] < top]
         old = list(map(floor.__getitem__, raised))
         for u in raised:
             floor[u] = opened[u] = top
-        lo, hi = t.starts[b], t.ends[b]
+        lo, hi = inst.starts[b], inst.ends[b]
         left[lo:hi] = map(sub, left[lo:hi], repeat(size, hi - lo))
         return raised, old
 
     def _unplace(self, b: int, raised: list[int], old: list[int]) -> None:
-        t, floor, opened, left = self.t, self.floor, self.open, self.left
-        lo, hi = t.starts[b], t.ends[b]
-        left[lo:hi] = map(add, left[lo:hi], repeat(t.sizes[b], hi - lo))
+        inst, floor, opened, left = self.inst, self.floor, self.open, self.left
+        lo, hi = inst.starts[b], inst.ends[b]
+        left[lo:hi] = map(add, left[lo:hi], repeat(inst.sizes[b], hi - lo))
         for u, value in zip(raised, old, strict=True):
             floor[u] = opened[u] = value
         self.offset[b] = -1
@@ -199,9 +216,9 @@ class _Search:
         above ``cap - top`` (elsewhere a raised buffer keeps the lowest floor at most ``top``,
         which fits).
         """
-        t, cap, left = self.t, self.cap, self.left
-        starts, ends = t.starts, t.ends
-        top = x + t.sizes[b]
+        inst, cap, left = self.inst, self.cap, self.left
+        starts, ends = inst.starts, inst.ends
+        top = x + inst.sizes[b]
         lo, hi = starts[b], ends[b]
         tight = list(compress(range(lo, hi), left[lo:hi]))
         if raised:
@@ -212,12 +229,13 @@ class _Search:
                 tight += compress(range(first, lo), map(room.__lt__, left[first:lo]))
             if last > hi:
                 tight += compress(range(hi, last), map(room.__lt__, left[hi:last]))
-        if not self.budget.spend(1 + len(tight) * self.members_per_section // STEP_MEMBERS):
+        per_step = self.params.step_members
+        if not self.budget.spend(1 + len(tight) * self.members_per_section // per_step):
             raise _OutOfTime
         # some unplaced buffer of each tight section must have its floor within cap - left:
         # the buffer that answered last time is asked first, the section is scanned only if
         # it no longer qualifies
-        opened, witness, members = self.open, self.witness, t.members
+        opened, witness, members = self.open, self.witness, inst.members
         for s in tight:
             room = cap - left[s]
             if opened[witness[s]] <= room:
@@ -230,9 +248,11 @@ class _Search:
 
     def _continue(self, part: Partition, rank: dict[int, int], b: int, x: int) -> Paused:
         """Search on after placing ``b``; split the partition where ``b`` was the last bridge."""
-        t, crossing = self.t, self.crossing
+        if not self.params.decomposition:
+            return (yield from self._dfs(part, rank, x, rank[b]))
+        inst, crossing = self.inst, self.crossing
         cuts = []
-        for s in range(t.starts[b], t.ends[b] - 1):
+        for s in range(inst.starts[b], inst.ends[b] - 1):
             crossing[s] -= 1
             if crossing[s] == 0:
                 cuts.append(s + 1)
@@ -242,7 +262,7 @@ class _Search:
             parts = self._split(part.buffers, part.lo, part.hi, cuts)
             return (yield from self._solve_all(parts))
         finally:
-            for s in range(t.starts[b], t.ends[b] - 1):
+            for s in range(inst.starts[b], inst.ends[b] - 1):
                 crossing[s] += 1
 
 
@@ -252,22 +272,30 @@ class Probe:
     ``advance`` runs it for a number of budget steps and says what it found; a probe can be
     left paused and advanced again later, at no cost but the memory of its search.
 
-    >>> from tensorplan.planners.instance import Instance
-    >>> from tensorplan.planners.tables import build_tables
-    >>> t = build_tables(Instance((2, 1, 1, 2), (0, 0, 1, 1), (1, 2, 3, 3), 3, (0, 1, 2, 3)))
-    >>> settle(Probe(t, 4, Budget(None))).offsets, settle(Probe(t, 3, Budget(None)))
-    ([0, 2, 3, 0], Verdict(offsets=None, exhausted=True))
+    >>> from tensorplan.planners.problem.instance import Instance
+    >>> from tensorplan.planners.exact.search_instance import to_search_instance
+    >>> inst = to_search_instance(Instance((2, 1, 1, 2), (0, 0, 1, 1), (1, 2, 3, 3), 3,
+    ...                                    (0, 1, 2, 3)))
+    >>> params = PlannerParams()
+    >>> settle(Probe(inst, 4, Budget(None), params)).offsets
+    [0, 2, 3, 0]
+    >>> settle(Probe(inst, 3, Budget(None), params))
+    Verdict(offsets=None, exhausted=True)
     """
 
-    def __init__(self, tables: SearchTables, cap: int, budget: Budget) -> None:
-        self.verdict = Verdict(None, True) if max(tables.loads, default=0) > cap else None
-        if self.verdict is None and not budget.spend(1 + len(tables.sizes) // STEP_BUFFERS):
+    def __init__(
+        self, inst: SearchInstance, cap: int, budget: Budget, params: PlannerParams
+    ) -> None:
+        self.verdict = Verdict(None, True) if max(inst.loads, default=0) > cap else None
+        if self.verdict is None and not budget.spend(1 + len(inst.sizes) // params.step_buffers):
             self.verdict = Verdict(None, False)  # the searches' set-up is charged too
-        self._searches = [_Search(tables, cap, h, budget) for h in HEURISTICS]
+        self._searches = [_Search(inst, cap, order, budget, params)
+                          for order in params.branching_orders]
         self._budget = budget
+        self._turn_steps = params.race_turn_steps
         self._runs = [search.solve() for search in self._searches]
-        self._depth = 4 * len(tables.sizes) + 1000  # the search recurses once per buffer
-        self._dive = len(tables.sizes) + 1
+        self._depth = 4 * len(inst.sizes) + 1000  # the search recurses once per buffer
+        self._dive = len(inst.sizes) + 1
 
     def advance(self, steps: int) -> Verdict | None:
         """Search on until about ``steps`` more budget steps are spent; the verdict once there is
@@ -283,7 +311,7 @@ class Probe:
                 # it places everything without a backtrack, at a third of the cost of a race
                 racing = self._searches[0].nodes >= self._dive
                 for search, run in zip(self._searches, self._runs, strict=True):
-                    search.pause_at = self._budget.steps + TURN_STEPS
+                    search.pause_at = self._budget.steps + self._turn_steps
                     try:
                         next(run)
                     except StopIteration as done:

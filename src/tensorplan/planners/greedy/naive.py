@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from tensorplan.planners.instance import Instance
+from tensorplan.planners.problem.instance import Instance
 
 
 def plan_naive(inst: Instance) -> list[int]:

@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.table import Table
 
 from tensorplan import zoo
-from tensorplan.artifact import save_program
 from tensorplan.bench import BenchRow, bench_target, check_algorithms
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import TensorPlanError
@@ -142,7 +141,7 @@ def _write_outputs(program: Program, args: argparse.Namespace) -> None:
         ),
         (args.header, "C header", lambda path: _write_text(path, plan_to_c_header(program, name))),
         (args.timeline, "timeline", lambda path: plot_timeline(program, path, name)),
-        (args.save, "program", lambda path: save_program(program, path)),
+        (args.save, "program", program.save),
     )
     for path, what, write in writers:
         if path:

@@ -25,8 +25,8 @@ from tensorplan.report import (
     spec_table,
 )
 from tensorplan.report.export import c_identifier
+from tensorplan.report.geometry import x_maps
 from tensorplan.report.text import bytes_text, human_bytes
-from tensorplan.report.timeline import _x_maps
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +209,7 @@ def test_timeline_is_a_png_of_the_expected_size(branches, tmp_path):
 
 
 def test_timeline_puts_each_branch_in_its_half_of_the_region(branches):
-    maps = _x_maps(branches.plan)
+    maps = x_maps(branches.plan)
     step = branches.plan.regions[0].step
     assert maps[""](3) == 3
     assert maps["true_graph_0/"](0) == step

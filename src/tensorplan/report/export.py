@@ -8,6 +8,7 @@ from typing import Any
 from ..encoding import encode_plan
 from ..plan import MemoryPlan, PlannedStorage
 from ..program import Program
+from .c_values import SHARED_TYPES, c_array, value_table
 
 
 def plan_to_json(program: Program, name: str = "model") -> dict[str, Any]:
@@ -47,11 +48,6 @@ def _storage_lines(prefix: str, s: PlannedStorage) -> tuple[str, list[str]]:
     ]
 
 
-def _array(ctype: str, name: str, count: str, items: list[str]) -> list[str]:
-    body = ",\n".join(f"    {item}" for item in items)
-    return [f"static const {ctype} {name}[{count}] = {{", body, "};"]
-
-
 def _header_numbers(prefix: str, plan: MemoryPlan) -> list[str]:
     return [
         f"#define {prefix}_ARENA_BYTES {plan.arena_bytes}u",
@@ -68,7 +64,10 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
     and for each storage ``<NAME>_S<id>_<VALUE>_OFFSET`` / ``_SIZE`` (``VALUE`` from its first
     value's name, with a comment naming all its values), plus the ``static const`` arrays
     ``<name>_storage_ids``, ``_offsets`` and ``_sizes`` in storage-id order. Offsets are bytes
-    from the start of the arena, subgraph storages included.
+    from the start of the arena, subgraph storages included. Then the value table (see
+    ``c_values.value_table``): ``<NAME>_NUM_VALUES`` and ``<name>_values``, one
+    ``tensorplan_value_t`` per planned value (name, storage, offset, size, lifetime, dtype code,
+    kind, rank, upper-bound shape, dim order), with ``<name>_graphs`` naming the graphs.
     """
     prefix = c_identifier(name)
     lower = prefix.lower()
@@ -76,7 +75,7 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
     storages = [plan.storages[sid] for sid in sorted(plan.storages)]
     lines = [_comment(f"tensorplan memory plan of {name!r}; generated, do not edit."),
              f"#ifndef TENSORPLAN_{prefix}_H", f"#define TENSORPLAN_{prefix}_H", "",
-             "#include <stdint.h>", "", *_header_numbers(prefix, plan), ""]
+             "#include <stdint.h>", "", *SHARED_TYPES, "", *_header_numbers(prefix, plan), ""]
     stems = []
     for storage in storages:
         stem, block = _storage_lines(prefix, storage)
@@ -84,11 +83,12 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
         lines += [*block, ""]
     if storages:
         count = f"{prefix}_NUM_STORAGES"
-        lines += _array("uint32_t", f"{lower}_storage_ids", count, [str(s.id) for s in storages])
-        lines += _array("uint64_t", f"{lower}_storage_offsets", count,
+        lines += c_array("uint32_t", f"{lower}_storage_ids", count, [str(s.id) for s in storages])
+        lines += c_array("uint64_t", f"{lower}_storage_offsets", count,
                         [f"{stem}_OFFSET" for stem in stems])
-        lines += _array("uint64_t", f"{lower}_storage_sizes", count,
+        lines += c_array("uint64_t", f"{lower}_storage_sizes", count,
                         [f"{stem}_SIZE" for stem in stems])
         lines.append("")
+    lines += [*value_table(prefix, plan, program.specs), ""]
     lines.append(f"#endif {_comment(f'TENSORPLAN_{prefix}_H')}")
     return "\n".join(lines) + "\n"

@@ -38,6 +38,7 @@ from tensorplan.report import (
 from tensorplan.report.compare import compare
 from tensorplan.report.diff import diff_plans, diff_report, read_plan_file
 from tensorplan.report.html import placement_plan, write_html, write_page
+from tensorplan.report.timeline import plot_plan
 from tensorplan.targets import FORMS, load_example, load_target, target_name
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
@@ -102,6 +103,7 @@ def add_dsa_command(commands: argparse._SubParsersAction) -> None:
         "--out", default=None, metavar="F", help="write the rows with an offset column to this CSV"
     )
     parser.add_argument("--html", metavar="F", help="write the interactive page of the placement")
+    parser.add_argument("--timeline", metavar="F.png", help="draw the placement (.png, .svg)")
     parser.set_defaults(run=run_dsa)
 
 
@@ -117,9 +119,12 @@ def run_dsa(args: argparse.Namespace) -> int:
     Console().print(_placement_table(str(args.file), buffers, placement, seconds))
     if args.out:
         write_solution(args.out, instance, placement)
+    plan = placement_plan(instance, placement)
     if args.html:
-        _write(args.html, "page", lambda path: write_page(
-            path, f"{args.file}: placement", placement_plan(instance, placement), {}))
+        _write(args.html, "page", lambda path: write_page(path, f"{args.file}: placement", plan,
+                                                          {}))
+    if args.timeline:
+        _write(args.timeline, "timeline", lambda path: plot_plan(plan, path, str(args.file)))
     return 0
 
 

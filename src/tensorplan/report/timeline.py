@@ -154,8 +154,12 @@ def plot_timeline(program: Program, path: str | os.PathLike[str], name: str = "m
     lower bound a dashed line and the peak step a shaded band. Raises ``TensorPlanError``
     when matplotlib is missing.
     """
+    plot_plan(program.plan, path, name)
+
+
+def plot_plan(plan: MemoryPlan, path: str | os.PathLike[str], name: str = "model") -> None:
+    """``plot_timeline`` of a bare plan (a DSA placement, say: ``html.placement_plan``)."""
     plt = _pyplot()
-    plan = program.plan
     maps = x_maps(plan)
     with plt.rc_context({"svg.fonttype": "none"}):
         fig, ax = plt.subplots(figsize=(12, 6), layout="constrained", dpi=DPI)

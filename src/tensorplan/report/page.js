@@ -187,14 +187,19 @@
     }
   }
 
-  function drawChart() {
-    const started = performance.now();
-    const ctx = base.getContext("2d");
+  // Clear the canvas and clip drawing to the plot area (until ctx.restore()).
+  function startPlot(ctx) {
     ctx.clearRect(0, 0, box.width, box.height);
     ctx.save();
     ctx.beginPath();
     ctx.rect(MARGIN.left, MARGIN.top, plotWidth(), plotHeight());
     ctx.clip();
+  }
+
+  function drawChart() {
+    const started = performance.now();
+    const ctx = base.getContext("2d");
+    startPlot(ctx);
     for (const [name, kind] of Object.entries(data.kinds)) {
       ctx.fillStyle = kind.colour;
       ctx.beginPath();
@@ -253,11 +258,7 @@
 
   function drawOverlay() {
     const ctx = over.getContext("2d");
-    ctx.clearRect(0, 0, box.width, box.height);
-    ctx.save();
-    ctx.beginPath();
-    ctx.rect(MARGIN.left, MARGIN.top, plotWidth(), plotHeight());
-    ctx.clip();
+    startPlot(ctx);
     if (state.selected !== null) {
       const s = byId.get(state.selected);
       ctx.fillStyle = "rgba(255, 255, 255, 0.45)";

@@ -76,12 +76,14 @@ def test_a_loaded_program_saves_and_loads_again(saved, tmp_path):
 
 def test_write_and_read_artifact_pass_the_parts_without_a_program(saved, tmp_path):
     program, _ = saved
-    write_artifact(tmp_path / "parts.tpz", program.exported_program, program.specs, program.plan)
+    write_artifact(tmp_path / "parts.tpz", program.exported_program, program.roles, program.specs,
+                   program.plan)
     parts = read_artifact(tmp_path / "parts.tpz")
     assert isinstance(parts, ArtifactParts)
     assert parts.plan == program.plan
     assert dict(parts.specs.tensors()).keys() == dict(program.specs.tensors()).keys()
     assert parts.alias.storage_of == program.alias.storage_of
+    assert parts.roles == program.roles
 
 
 def test_the_file_is_a_zip_of_manifest_plan_and_program(saved):

@@ -10,6 +10,7 @@ from torch.export import Dim
 import tensorplan as tp
 from tensorplan import zoo
 from tensorplan.runtime.arena import Arena
+from tensorplan.runtime.frames import check_layout
 from tensorplan.runtime.kernels import out_variant
 from tensorplan.zoo import KVCache
 
@@ -66,11 +67,13 @@ def test_generated_out_variants_are_avoided_without_allocating_fallbacks():
 def test_tiny_gpt_runs_three_sequence_lengths_in_one_arena():
     example = zoo.example("tiny_gpt")
     prog = tp.compile(example.model, example.args, dynamic_shapes=example.dynamic_shapes)
-    arena = prog._executor.ctx.arena.bytes.data_ptr()
+    runner = prog.runner()
+    arena = runner.arena.bytes.data_ptr()
     for length in (2, 45, 128):
         tokens = torch.randint(0, 256, (1, length))
-        torch.testing.assert_close(prog.run(tokens), example.model(tokens))
-    assert prog._executor.ctx.arena.bytes.data_ptr() == arena
+        torch.testing.assert_close(runner.run(tokens), example.model(tokens))
+    assert runner.arena.bytes.data_ptr() == arena
+    assert runner.stats.runs == 3
 
 
 def test_linear_is_bit_exact():
@@ -117,14 +120,13 @@ def test_size_one_dims_mixed_layouts_are_accepted():
 
 def test_layout_check_rejects_a_view_whose_memory_is_not_the_spec():
     prog = tp.compile(Fn(lambda t: (t + 1).permute(0, 2, 3, 1) * 2), (torch.randn(2, 3, 4, 4),))
-    ctx = prog._executor.ctx
     spec = prog.specs["permute"]
     assert spec.dim_order == (0, 3, 1, 2)
     wrong = torch.empty(2, 4, 4, 3)  # contiguous, but the permuted view is (0, 3, 1, 2)
     with pytest.raises(tp.LayoutError, match="permute"):
-        ctx.check_layout("permute", wrong, spec, "aten.permute.default")
-    ctx.check_layout("permute", torch.empty(2, 3, 4, 4).permute(0, 2, 3, 1), spec,
-                     "aten.permute.default")
+        check_layout("permute", wrong, spec, "aten.permute.default")
+    check_layout("permute", torch.empty(2, 3, 4, 4).permute(0, 2, 3, 1), spec,
+                 "aten.permute.default")
 
 
 # --- inputs -------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ Rules (DESIGN rule 5):
   value written back to it shares that storage when it is laid out like the buffer and nothing
   reads the old value after it is first written (see ``_can_share``); otherwise it is copied
   back after the run;
-- subgraph inputs of ``cond``/``while_loop``/``map``/``scan`` are the parent storages they are
-  called with; everything else gets a fresh storage.
+- subgraph inputs of a control-flow node are the parent storages they are called with (its
+  description in ``control_flow.py`` says which); everything else gets a fresh storage.
 
 Worked example: ``y = x.view(-1); z = y + 1; return y, z`` gives
 ``x -> 0 (input), view -> 0, add -> 1, output -> (0, 1)``.
@@ -31,8 +31,9 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 
+from .control_flow import ControlFlowOp, control_flow_op
 from .errors import UnsupportedOpError
-from .propagate import constant_inputs
+from .roles import Roles, read_roles
 from .schemas import inplace_variant
 from .spec import Entry, SpecTable, TensorSpec
 from .trace import carried_spec
@@ -187,8 +188,9 @@ class _Analysis:
             return self._getitem(node, name)
         if isinstance(node.target, torch._ops.OpOverload):
             return self._op(node, name)
-        if node.target in SUBGRAPH_STORAGES:
-            return self._control_flow(node, name)
+        described = control_flow_op(node)
+        if described is not None:
+            return self._control_flow(node, name, described)
         return self._fresh_outputs(name)
 
     def _ref(self, arg: Any) -> StorageRef:
@@ -240,11 +242,13 @@ class _Analysis:
                          for i, s in enumerate(entry))
         return None if entry is None else self.b.fresh(name, self.prefix)
 
-    def _control_flow(self, node: torch.fx.Node, name: str) -> StorageRef:
+    def _control_flow(self, node: torch.fx.Node, name: str, described: ControlFlowOp
+                      ) -> StorageRef:
         outputs = self._fresh_outputs(name)
         args = [self._ref_tree(a) for a in node.args]
-        for position, inputs in SUBGRAPH_STORAGES[node.target](args, outputs):
-            graph_node = node.args[position]
+        inputs = described.input_storages(args, list(outputs) if isinstance(outputs, tuple)
+                                          else [outputs])
+        for graph_node in described.subgraph_nodes(node):
             submodule = getattr(self.module, graph_node.target)
             prefix = f"{self.prefix}{graph_node.target}/"
             _Analysis(self.b, submodule, prefix).run(list(inputs), frozenset(), {})
@@ -254,47 +258,6 @@ class _Analysis:
         if isinstance(arg, (list, tuple)):
             return [self._ref(a) for a in arg]
         return self._ref(arg)
-
-
-def _as_list(ref: StorageRef) -> list[int | None]:
-    return list(ref) if isinstance(ref, tuple) else [ref]
-
-
-def _cond(args, outputs):
-    return [(1, args[3]), (2, args[3])]
-
-
-def _while(args, outputs):
-    carried = _as_list(outputs)
-    return [(0, [*carried, *args[3]]), (1, [*carried, *args[3]])]
-
-
-def _map(args, outputs):
-    return [(0, [*args[1], *args[2]])]
-
-
-def _scan(args, outputs):
-    carry = _as_list(outputs)[:len(args[1])]
-    return [(0, [*carry, *args[2], *args[3]])]
-
-
-# For each control-flow operator: which argument positions hold subgraphs, and the storages their
-# inputs live in (parent operands, or the node's own outputs for loop-carried values).
-SUBGRAPH_STORAGES = {
-    torch.ops.higher_order.cond: _cond,
-    torch.ops.higher_order.while_loop: _while,
-    torch.ops.higher_order.map_impl: _map,
-    torch.ops.higher_order.scan: _scan,
-}
-
-
-def _state_inputs(program: ExportedProgram) -> dict[str, str]:
-    """Output value name -> placeholder name, for every buffer or user input written back."""
-    signature = program.graph_signature
-    buffer_placeholder = {target: name for name, target in signature.inputs_to_buffers.items()}
-    state = {out: buffer_placeholder[target] for out, target in signature.buffers_to_mutate.items()}
-    state.update(signature.user_inputs_to_mutate)
-    return state
 
 
 def _share_state(b: _Builder, program: ExportedProgram, state: dict[str, str]) -> list:
@@ -354,15 +317,18 @@ def _in_place_on_first_argument(node: torch.fx.Node, olds: set[str]) -> bool:
     return isinstance(first, torch.fx.Node) and first.name in olds and not reads & olds
 
 
-def analyze(program: ExportedProgram, specs: SpecTable) -> AliasTable:
+def analyze(program: ExportedProgram, specs: SpecTable, roles: Roles | None = None
+            ) -> AliasTable:
     """Assign every tensor value of ``program`` a storage; see the module docstring for rules.
 
-    Pure: reads the program and the spec table, returns a new table.
+    Pure: reads the program, the spec table and the placeholder roles (read from the program
+    when not given), returns a new table.
     """
-    state = _state_inputs(program)
-    kinds: dict[str, StorageKind] = {name: "state" for name in state.values()}
+    roles = roles or read_roles(program)
+    state = dict(roles.updates)
+    kinds: dict[str, StorageKind] = {name: "state" for name in roles.state}
     builder = _Builder(specs)
-    _Analysis(builder, program.graph_module, "").run(None, constant_inputs(program), kinds)
+    _Analysis(builder, program.graph_module, "").run(None, roles.constants, kinds)
     write_back = _share_state(builder, program, state)
     storages = {sid: Storage(sid, builder.nbytes[sid], builder.kinds[sid], builder.graphs[sid],
                              tuple(values)) for sid, values in builder.members.items()}

@@ -47,6 +47,7 @@ from .liveness import lifetimes
 from .plan import MemoryPlan, PlannedStorage
 from .propagate import propagate
 from .pt2 import load_exported
+from .roles import Roles, read_roles
 from .spec import SpecTable
 
 FORMAT = "tensorplan.program"  # the manifest's "format"
@@ -64,10 +65,11 @@ class ArtifactParts:
     specs: SpecTable                   # every value's spec, with its storage id
     alias: AliasTable                  # which values share storage (derived from the program)
     plan: MemoryPlan                   # the saved plan, field by field
+    roles: Roles                       # what every placeholder and output is
 
 
 def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgram,
-                   specs: SpecTable, plan: MemoryPlan) -> None:
+                   roles: Roles, specs: SpecTable, plan: MemoryPlan) -> None:
     """Write the program, its specs and its plan to ``path`` (replaced atomically).
 
     ``read_artifact`` reads them back. Raises ``FormatError`` when torch.export cannot
@@ -84,7 +86,7 @@ def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgr
         raise FormatError(f"save: torch.export cannot serialize this program "
                           f"({type(error).__name__}: {message}); {hint}") from error
     manifest = {"format": FORMAT, "version": FORMAT_VERSION, "torch": torch.__version__}
-    document = encode_plan(exported_program, specs, plan)
+    document = encode_plan(exported_program, roles, specs, plan)
     partial = f"{os.fspath(path)}.{os.getpid()}.partial"
     try:
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -118,12 +120,14 @@ def read_artifact(path: str | os.PathLike[str]) -> ArtifactParts:
     document = Fields(contents.plan, f"{where}: {PLAN_MEMBER}")
     plan = decode_plan(document)
     exported = load_exported(contents.program, f"{where}: {PROGRAM_MEMBER}")
-    specs = propagate(exported)
-    alias = analyze(exported, specs)
+    roles = read_roles(exported)
+    specs = propagate(exported, roles)
+    alias = analyze(exported, specs, roles)
     specs = planned_specs(specs, alias)
     check_values(document, specs)
     _check_fit(plan, exported, alias, document.where)
-    return ArtifactParts(exported_program=exported, specs=specs, alias=alias, plan=plan)
+    return ArtifactParts(exported_program=exported, specs=specs, alias=alias, plan=plan,
+                         roles=roles)
 
 
 def read_plan(path: str | os.PathLike[str]) -> Fields:

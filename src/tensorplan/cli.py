@@ -39,6 +39,7 @@ from tensorplan.report.compare import compare
 from tensorplan.report.diff import diff_plans, diff_report, read_plan_file
 from tensorplan.report.html import placement_plan, write_html, write_page
 from tensorplan.report.timeline import plot_plan
+from tensorplan.runtime.lower import explain
 from tensorplan.targets import FORMS, load_example, load_target, target_name
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
@@ -228,6 +229,9 @@ def add_run_command(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="timed runs of each (default 20; the median is shown)",
     )
+    parser.add_argument(
+        "--explain", action="store_true", help="first print how every node runs (lowering table)"
+    )
     parser.set_defaults(run=run_run)
 
 
@@ -248,6 +252,8 @@ def run_run(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", FutureWarning)
         example = load_example(args.target)
         program = load_target(args.target, example=example)
+    if args.explain:
+        print(explain(program.lowering()))
     inputs, kwargs = _inputs(program, example)
     eager = None if example is None else (lambda: example.model(*inputs, **kwargs))
     result = compare(lambda: program.run(*inputs, **kwargs), eager, args.runs)

@@ -20,7 +20,7 @@ from torch.export import ExportedProgram
 from .alias import StorageKind
 from .errors import FormatError, PlanError
 from .plan import MemoryPlan, PlannedRegion, PlannedStorage
-from .runtime.inputs import user_input_names
+from .roles import Roles
 from .spec import SpecTable, TensorSpec
 
 SCHEMA = "tensorplan.plan"  # the "schema" field of every plan document
@@ -63,19 +63,19 @@ def _record(item: Any) -> dict[str, Any]:
             for key, value in dataclasses.asdict(item).items()}
 
 
-def _graph_info(exported_program: ExportedProgram, name: str) -> dict[str, Any]:
+def _graph_info(exported_program: ExportedProgram, roles: Roles, name: str) -> dict[str, Any]:
     signature = exported_program.graph_signature
     return {
         "name": name,
-        "inputs": user_input_names(signature),
+        "inputs": list(roles.user_inputs),
         "outputs": [str(out) for out in signature.user_outputs],
         "nodes": len(exported_program.graph.nodes),
         "torch": torch.__version__,
     }
 
 
-def encode_plan(exported_program: ExportedProgram, specs: SpecTable, plan: MemoryPlan,
-                name: str = "model") -> dict[str, Any]:
+def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTable,
+                plan: MemoryPlan, name: str = "model") -> dict[str, Any]:
     """The plan and every tensor value's spec as a JSON-ready dict.
 
     Holds ``schema``/``version``, ``model`` (name, user inputs and outputs, node count), the
@@ -87,7 +87,7 @@ def encode_plan(exported_program: ExportedProgram, specs: SpecTable, plan: Memor
     return {
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
-        "model": _graph_info(exported_program, name),
+        "model": _graph_info(exported_program, roles, name),
         "arena_bytes": plan.arena_bytes,
         "lower_bound_bytes": plan.lower_bound_bytes,
         "alignment": plan.alignment,

@@ -3,8 +3,8 @@
 The steps of a graph are the positions of its nodes (placeholders first, the output node last).
 A storage is live from the first step that defines any of its values to one past the last step
 that reads any of them. User inputs and mutated state are live from step 0; graph outputs and
-state stay live to the end. A control-flow node (``cond``, ``while_loop``, ``map``, ``scan``)
-reserves one *region* at its step, shared by its subgraphs, which are planned inside it.
+state stay live to the end. A control-flow node (``control_flow.py``) reserves one *region* at
+its step, shared by its subgraphs, which are planned inside it.
 
 Worked example (``x -> relu -> neg -> output``; steps 0..3):
 ``x [0, 2)``, ``relu [1, 3)``, ``neg [2, 4)``.
@@ -19,7 +19,8 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 
-from .alias import SUBGRAPH_STORAGES, AliasTable
+from .alias import AliasTable
+from .control_flow import control_flow_op
 
 
 @dataclass(frozen=True)
@@ -50,22 +51,25 @@ class GraphLifetimes:
     regions: tuple[RegionUse, ...]    # control-flow nodes of this graph
 
 
+def _subgraphs(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The ``get_attr`` nodes of a control-flow node's subgraphs (none for other nodes)."""
+    described = control_flow_op(node)
+    return described.subgraph_nodes(node) if described is not None else []
+
+
 def _graphs(module: torch.fx.GraphModule, prefix: str) -> Iterator[tuple[str, torch.fx.Graph,
                                                                           torch.fx.GraphModule]]:
     yield prefix, module.graph, module
     for node in module.graph.nodes:
-        if node.op == "call_function" and node.target in SUBGRAPH_STORAGES:
-            for arg in node.args:
-                if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
-                    yield from _graphs(getattr(module, arg.target), f"{prefix}{arg.target}/")
+        for sub in _subgraphs(node):
+            yield from _graphs(getattr(module, sub.target), f"{prefix}{sub.target}/")
 
 
 def _regions(graph: torch.fx.Graph, prefix: str) -> tuple[RegionUse, ...]:
     regions = []
     for step, node in enumerate(graph.nodes):
-        if node.op == "call_function" and node.target in SUBGRAPH_STORAGES:
-            subgraphs = tuple(f"{prefix}{a.target}/" for a in node.args
-                              if isinstance(a, torch.fx.Node) and a.op == "get_attr")
+        subgraphs = tuple(f"{prefix}{sub.target}/" for sub in _subgraphs(node))
+        if subgraphs:
             regions.append(RegionUse(prefix + node.name, step, subgraphs))
     return tuple(regions)
 

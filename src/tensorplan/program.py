@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import sys
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,44 +20,68 @@ from .errors import PlanError
 from .liveness import lifetimes
 from .plan import MemoryPlan, PlannerParams, plan_memory
 from .propagate import propagate
-from .runtime.executor import Executor
+from .roles import Roles, read_roles
+from .runtime.lower import Lowered, ProgramFacts, lower_program
+from .runtime.runner import Runner
 from .spec import SpecTable
 
 
 @dataclass(frozen=True)
 class Program:
-    """A captured program with its specs, storages and verified memory plan."""
+    """A captured program with its specs, storages and verified memory plan: data only.
+
+    ``runner()`` hands out a ``Runner`` that owns an arena and runs the program; ``run`` uses
+    one default runner, made on first use, whose state persists across calls.
+    """
 
     exported_program: ExportedProgram  # core-ATen program
     specs: SpecTable                   # every value's spec, with its storage id
     alias: AliasTable                  # which values share storage
     plan: MemoryPlan                   # offsets of every storage in one arena
+    roles: Roles                       # what every placeholder and output is
+    _default: list[Runner] = field(default_factory=list, init=False, repr=False, compare=False)
+    _made: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
+                                  compare=False)
 
-    @functools.cached_property
-    def _executor(self) -> Executor:
-        return Executor(self.exported_program, self.specs, self.alias, self.plan)
+    def runner(self) -> Runner:
+        """A new runner with its own arena and state (initial buffer values) and fresh stats."""
+        return Runner(self.exported_program, self.specs, self.alias, self.plan, self.roles)
+
+    @property
+    def default_runner(self) -> Runner:
+        """The runner ``run``, ``stats`` and ``state_dict`` use (made once, on first use)."""
+        with self._made:
+            if not self._default:
+                self._default.append(self.runner())
+            return self._default[0]
+
+    def lowering(self) -> tuple[Lowered, ...]:
+        """How every node runs: one row per node of every graph (``tensorplan run --explain``)."""
+        return lower_program(self.exported_program.graph_module,
+                             ProgramFacts.of(self.specs, self.roles))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the program, its specs and its plan to one file; ``tp.load`` reads it back."""
-        write_artifact(path, self.exported_program, self.specs, self.plan)
+        write_artifact(path, self.exported_program, self.roles, self.specs, self.plan)
 
     def run(self, *args: Any, copy_outputs: bool = True, **kwargs: Any) -> Any:
         """Run the program out of its arena; outputs come in the model's own structure.
 
         By default outputs are fresh tensors. With ``copy_outputs=False`` they are views into the
         arena, valid only until the next run. Raises ``InputError`` for inputs that do not match
-        the compiled signature (count, dtype, rank, a dim outside its range).
+        the compiled signature (count, dtype, rank, a dim outside its range). Calls from several
+        threads are serialised; use one ``runner()`` per thread to run in parallel.
         """
-        return self._executor.run(args, kwargs, copy_outputs)
+        return self.default_runner.run(*args, copy_outputs=copy_outputs, **kwargs)
 
     @property
     def stats(self) -> dict[str, int]:
         """Op name -> how many times it ran functionally and was copied into its view."""
-        return dict(self._executor.fallbacks)
+        return dict(self.default_runner.stats.fallbacks)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The current value of every mutated buffer (by buffer name), as copies."""
-        return self._executor.state_dict()
+        return self.default_runner.state_dict()
 
 
 def _check_alignment(alignment: int, specs: SpecTable) -> None:
@@ -86,8 +110,9 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     (80, 80)
     """
     program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
-    specs = propagate(program)
-    alias = analyze(program, specs)
+    roles = read_roles(program)
+    specs = propagate(program, roles)
+    alias = analyze(program, specs, roles)
     _check_alignment(alignment, specs)
     params = PlannerParams(algorithm=algorithm, alignment=alignment, time_limit=time_limit)
     plan = plan_memory(lifetimes(program, alias), alias, params)
@@ -95,7 +120,7 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
         print(f"tensorplan: {len(specs)} values, {len(plan.storages)} storages, arena "
               f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B, "
               f"{plan.algorithm}{' (optimal)' if plan.optimal else ''}", file=sys.stderr)
-    return Program(program, planned_specs(specs, alias), alias, plan)
+    return Program(program, planned_specs(specs, alias), alias, plan, roles)
 
 
 def load(path: str | os.PathLike[str]) -> Program:
@@ -105,4 +130,4 @@ def load(path: str | os.PathLike[str]) -> Program:
     format version, or a plan that does not fit the embedded program.
     """
     parts = read_artifact(path)
-    return Program(parts.exported_program, parts.specs, parts.alias, parts.plan)
+    return Program(parts.exported_program, parts.specs, parts.alias, parts.plan, parts.roles)

@@ -17,19 +17,9 @@ from torch.export import ExportedProgram
 
 from .bounds import upper_bound
 from .layout import dense_strides, traced_dim_order
+from .roles import Roles, read_roles
 from .spec import Entry, SpecTable, TensorSpec
 from .trace import TracedValue, carried_spec, retrace
-
-
-def constant_inputs(program: ExportedProgram) -> frozenset[str]:
-    """Placeholder names whose value never changes: parameters, lifted constants, and buffers
-    the program never mutates."""
-    signature = program.graph_signature
-    mutated = set(signature.buffers_to_mutate.values())
-    buffers = {name for name, target in signature.inputs_to_buffers.items()
-               if target not in mutated}
-    return frozenset(signature.inputs_to_parameters) | frozenset(
-        signature.inputs_to_lifted_tensor_constants) | buffers
 
 
 def tensor_spec(value: torch.Tensor, where: str, const: bool = False) -> TensorSpec:
@@ -69,13 +59,14 @@ def _spec_of(name: str, traced: TracedValue, constants: frozenset[str]) -> Entry
     return _entry(traced.value, where, const="/" not in name and name in constants)
 
 
-def propagate(program: ExportedProgram) -> SpecTable:
+def propagate(program: ExportedProgram, roles: Roles | None = None) -> SpecTable:
     """Give every value of ``program`` a ``TensorSpec`` from one fake re-trace.
 
     The program (its graph, ``node.meta`` and signature) is left unchanged, and calling this
     twice gives equal tables. Raises ``UnboundedShapeError`` for a dim with no finite upper bound
-    and ``UnsupportedOpError`` for a node that cannot be re-traced.
+    and ``UnsupportedOpError`` for a node that cannot be re-traced. ``roles`` (read from the
+    program when not given) says which placeholders are constants.
     """
-    constants = constant_inputs(program)
+    constants = (roles or read_roles(program)).constants
     values = retrace(program)
     return SpecTable({name: _spec_of(name, traced, constants) for name, traced in values.items()})

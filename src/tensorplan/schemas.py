@@ -1,4 +1,5 @@
-"""What operator schemas say, shared by the stages that read them (alias analysis, the runtime)."""
+"""What operator schemas say, shared by the stages that read them (alias analysis, the
+runtime)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,20 @@ def inplace_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
         and arguments[0].alias_info.is_write
     same = signature(arguments) == signature(op._schema.arguments)
     return candidate if writes_self and same else None
+
+
+# Return types of ops that report sizes (``sym_size``, ``sym_numel``, ``sym_stride``).
+_SIZE_TYPES = frozenset({"SymInt", "int", "SymInt[]", "int[]"})
+
+
+def returns_sizes(op: torch._ops.OpOverload) -> bool:
+    """True for ops whose result is sizes, which follow from the input sizes alone."""
+    returns = op._schema.returns
+    return bool(returns) and all(str(r.type) in _SIZE_TYPES for r in returns)
+
+
+def is_view(op: torch._ops.OpOverload) -> bool:
+    """True when every result of ``op`` is a view of an argument (``Tensor(a)``, no write)."""
+    returns = op._schema.returns
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
+                                 for r in returns)

@@ -1,7 +1,7 @@
 """One fake-tensor re-trace of a program, in the program's own fake mode and ShapeEnv.
 
 The trace is the single source of the values every spec is built from (DESIGN rule 1). It walks
-the top-level graph and every subgraph of ``cond``, ``while_loop``, ``map`` and ``scan``, and
+the top-level graph and every subgraph of a control-flow node (``control_flow.py``), and
 rebinds fresh unbacked symbols to the ones the ShapeEnv already holds ranges for, so that
 ``torch._check`` bounds recorded at export time apply to the re-traced sizes.
 """
@@ -9,7 +9,6 @@ rebinds fresh unbacked symbols to the ones the ShapeEnv already holds ranges for
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +18,9 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, rebind_unbacked
 
+from .control_flow import ControlFlowOp, control_flow_op
 from .errors import CaptureError, UnsupportedOpError
 from .spec import TensorSpec
-
-_HOP = torch.ops.higher_order
 
 
 @dataclass(frozen=True)
@@ -39,48 +37,13 @@ def carried_spec(node: torch.fx.Node) -> Any:
     spec = node.meta.get("spec")
     is_opaque = node.op == "call_module" or (
         node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload)
-        and node.target not in _SUBGRAPH_INPUTS)
+        and control_flow_op(node) is None)
     if not is_opaque:
         return None
     if isinstance(spec, TensorSpec) or (
             isinstance(spec, tuple) and all(s is None or isinstance(s, TensorSpec) for s in spec)):
         return spec
     return None
-
-
-def _cond_inputs(args: Sequence[Any]) -> list[tuple[int, list[Any]]]:
-    operands = args[3]
-    return [(1, list(operands)), (2, list(operands))]
-
-
-def _while_inputs(args: Sequence[Any]) -> list[tuple[int, list[Any]]]:
-    _, _, carried, additional = args
-    inputs = [*carried, *additional]
-    return [(0, inputs), (1, inputs)]
-
-
-def _first_slice(xs: Sequence[Any]) -> list[Any]:
-    return [x.select(0, 0) for x in xs]
-
-
-def _map_inputs(args: Sequence[Any]) -> list[tuple[int, list[Any]]]:
-    _, xs, extra = args
-    return [(0, [*_first_slice(xs), *extra])]
-
-
-def _scan_inputs(args: Sequence[Any]) -> list[tuple[int, list[Any]]]:
-    _, init, xs, additional = args
-    return [(0, [*init, *_first_slice(xs), *additional])]
-
-
-# For each control-flow operator: from its traced arguments, which argument positions hold a
-# subgraph and the inputs that subgraph is called with.
-_SUBGRAPH_INPUTS: dict[Any, Callable[[Sequence[Any]], list[tuple[int, list[Any]]]]] = {
-    _HOP.cond: _cond_inputs,
-    _HOP.while_loop: _while_inputs,
-    _HOP.map_impl: _map_inputs,
-    _HOP.scan: _scan_inputs,
-}
 
 
 class _Retrace(torch.fx.Interpreter):
@@ -101,8 +64,9 @@ class _Retrace(torch.fx.Interpreter):
         else:
             result, carried = self._execute(n), False
         self.values[self.prefix + n.name] = TracedValue(n, result, carried)
-        if n.op == "call_function" and n.target in _SUBGRAPH_INPUTS:
-            self._trace_subgraphs(n)
+        described = control_flow_op(n)
+        if described is not None:
+            self._trace_subgraphs(n, described)
         return result
 
     def _execute(self, n: torch.fx.Node) -> Any:
@@ -117,10 +81,9 @@ class _Retrace(torch.fx.Interpreter):
             rebind_unbacked(self.shape_env, n, result)
         return result
 
-    def _trace_subgraphs(self, n: torch.fx.Node) -> None:
-        args = self.map_nodes_to_values(n.args, n)
-        for position, inputs in _SUBGRAPH_INPUTS[n.target](args):
-            graph_node = n.args[position]
+    def _trace_subgraphs(self, n: torch.fx.Node, described: ControlFlowOp) -> None:
+        inputs = described.traced_inputs(self.map_nodes_to_values(n.args, n))
+        for graph_node in described.subgraph_nodes(n):
             submodule = self.fetch_attr(graph_node.target)
             prefix = f"{self.prefix}{graph_node.target}/"
             _Retrace(submodule, self.shape_env, prefix, self.values).run(

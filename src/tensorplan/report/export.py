@@ -19,7 +19,8 @@ def plan_to_json(program: Program, name: str = "model") -> dict[str, Any]:
     >>> doc["schema"], doc["model"]["name"], doc["arena_bytes"]
     ('tensorplan.plan', 'linear', 80)
     """
-    return encode_plan(program.exported_program, program.specs, program.plan, name)
+    return encode_plan(program.exported_program, program.roles, program.specs, program.plan,
+                       name)
 
 
 def c_identifier(text: str) -> str:

@@ -9,27 +9,13 @@ import sympy
 import torch
 from torch.export import ExportedProgram
 from torch.export._tree_utils import reorder_kwargs
-from torch.export.graph_signature import ConstantArgument, ExportGraphSignature, InputKind
 from torch.utils import _pytree as pytree
 
 from ..errors import InputError
+from ..roles import Roles
 from ..spec import TensorSpec
-from .shapes import Bindings, SymbolicShape
-
-
-def user_input_names(signature: ExportGraphSignature) -> list[str]:
-    """The placeholder name of every user input, in call order, constants included.
-
-    ``signature.user_inputs`` gives a constant input (a bool, int or None the model was exported
-    with) as its value, not its name.
-    """
-    return [spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
-
-
-def specialised_arguments(signature: ExportGraphSignature) -> dict[str, Any]:
-    """Name -> value of the user inputs the program was specialised to (non-tensor arguments)."""
-    return {spec.arg.name: spec.arg.value for spec in signature.input_specs
-            if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument)}
+from .lower import ProgramFacts
+from .shapes import Bindings
 
 
 def flatten_inputs(in_spec: pytree.TreeSpec, args: tuple, kwargs: Mapping[str, Any]) -> list:
@@ -76,14 +62,14 @@ def _check_tensor(name: str, value: Any, spec: TensorSpec) -> None:
                          f"{tuple(value.shape)}), expected rank {len(spec.shape)}")
 
 
-def bind_inputs(program: ExportedProgram, names: Sequence[str], values: Sequence[Any],
-                specs: Mapping[str, Any], shapes: Mapping[str, SymbolicShape],
-                constants: Mapping[str, Any]) -> Bindings:
-    """Check every input and return the sizes bound to the input symbols.
+def bind_inputs(program: ExportedProgram, roles: Roles, values: Sequence[Any],
+                facts: ProgramFacts) -> Bindings:
+    """Check every user input and return the sizes bound to the input symbols.
 
     Raises ``InputError`` naming the input, the dim, the value and the allowed range, or the
     constant the program was specialised to.
     """
+    names, constants = roles.user_inputs, roles.specialised
     if len(values) != len(names):
         raise InputError(f"runtime: expected {len(names)} inputs ({', '.join(names)}), "
                          f"got {len(values)}")
@@ -93,11 +79,12 @@ def bind_inputs(program: ExportedProgram, names: Sequence[str], values: Sequence
         if name in constants:
             _check_constant(name, value, constants[name])
             continue
-        spec = specs.get(name)
+        spec = facts.specs.get(name)
         if not isinstance(spec, TensorSpec):
             continue
         _check_tensor(name, value, spec)
-        for dim, (size, expr) in enumerate(zip(value.shape, shapes[name].dims, strict=True)):
+        dims = facts.shapes[(name, None)].dims
+        for dim, (size, expr) in enumerate(zip(value.shape, dims, strict=True)):
             if isinstance(expr, int) or expr.is_Symbol:
                 _bind_dim(program, name, dim, int(size), expr, bindings)
             else:

@@ -1,0 +1,83 @@
+"""Planned views into the arena, and the per-size frames that cache them.
+
+A *frame* is the environment of one graph (one slot per node) with everything that does not
+depend on data already filled in for one set of input sizes: constants, the planned view of
+every value, and the results of view ops. A run copies its frame and executes only kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..errors import LayoutError
+from ..layout import same_layout
+from ..plan import MemoryPlan
+from ..spec import TensorSpec
+from .arena import Arena
+from .lower import ProgramFacts
+from .shapes import Bindings
+
+Env = list[Any]
+Step = Callable[[Env, Bindings], None]
+
+
+class Views:
+    """Typed, strided views of planned values in one arena."""
+
+    def __init__(self, facts: ProgramFacts, plan: MemoryPlan, arena: Arena) -> None:
+        self.facts, self.plan, self.arena = facts, plan, arena
+
+    def of(self, name: str, index: int | None, bindings: Bindings) -> torch.Tensor:
+        """The planned view of a value (``index`` picks an item) at its actual size."""
+        spec = self.facts.items(name)[index or 0]
+        offset = self.plan.storages[spec.storage].offset
+        shape = self.facts.shapes[(name, index)].evaluate(bindings)
+        return self.arena.view(offset, spec.dtype, shape, spec.dim_order)
+
+    def outputs(self, name: str, op: Any, bindings: Bindings) -> Any:
+        """The planned views of every output of a value, layout-checked: one tensor, or a
+        tuple (``None`` for non-tensor items) for a multi-output value."""
+        items = self.facts.items(name)
+        multi = isinstance(self.facts.specs.get(name), tuple)
+        made = [None if spec is None else self.of(name, i if multi else None, bindings)
+                for i, spec in enumerate(items)]
+        for view, spec in zip(made, items, strict=True):
+            if view is not None:
+                check_layout(name, view, spec, op)
+        return tuple(made) if multi else made[0]
+
+    def storage_start(self, spec: TensorSpec) -> int:
+        """Where a spec's storage starts in the arena, in elements of its dtype."""
+        return self.plan.storages[spec.storage].offset // spec.dtype.itemsize
+
+
+def check_layout(name: str, tensor: torch.Tensor, spec: TensorSpec, op: Any) -> None:
+    """Raise ``LayoutError`` when a tensor's memory layout is not the spec's."""
+    actual = tuple(tensor.dim_order())
+    if not same_layout(tensor.shape, actual, spec.dim_order):
+        raise LayoutError(
+            f"runtime: node {name!r} ({op}) of shape {tuple(tensor.shape)} {tensor.dtype}: "
+            f"memory has dim_order {actual}, the spec says {spec.dim_order}; a kernel would "
+            "misread it — report this with the model")
+
+
+class Frames:
+    """The frames of one graph, built on first use for each set of input sizes."""
+
+    def __init__(self, slots: int, steps: Sequence[Step], facts: ProgramFacts) -> None:
+        self.slots, self.steps, self.backed = slots, tuple(steps), facts.backed
+        self._cache: dict[tuple[int, ...], Env] = {}
+
+    def get(self, bindings: Bindings) -> Env:
+        """The frame for these input sizes (the cached one; do not modify it)."""
+        key = tuple(bindings[s] for s in self.backed)
+        frame = self._cache.get(key)
+        if frame is None:
+            frame = [None] * self.slots
+            for step in self.steps:
+                step(frame, bindings)
+            self._cache[key] = frame
+        return frame

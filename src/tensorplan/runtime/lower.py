@@ -1,0 +1,271 @@
+"""Lowering: how every node of a planned program runs, decided once, as an inspectable table.
+
+``lower_graph`` walks one graph and gives each node a ``Lowered`` row: its ``Kind`` (the rung of
+the ladder below that it takes) and whether it runs once per set of input sizes (in the cached
+frame) or at every run. It reads only the program, the specs and the roles, so the table can be
+printed (``tensorplan run --explain``) without running anything. ``steps.py`` turns rows into
+steps.
+
+The ladder, first match wins, for an ATen op:
+data-dependent sizes → no tensor result (plain call) → view → writes an input's storage
+(in-place twin) → native out-variant → small native kernel → copy + in-place twin → functional
+fallback (computed outside the arena, then copied in; counted in ``RunStats``).
+
+Worked example, ``y = (x + 1).view(-1)`` with a static ``x``::
+
+    x       placeholder         input      frame
+    add     aten.add.Tensor     out        run
+    view    aten.view.default   view       frame
+    output  output              output     run
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from ..control_flow import control_flow_op
+from ..errors import UnsupportedOpError
+from ..roles import Role, Roles
+from ..schemas import inplace_variant, is_view, returns_sizes
+from ..spec import SpecTable, TensorSpec
+from .kernels import NATIVE_INTO, out_variant
+from .shapes import SymbolicShape
+
+
+class Kind(enum.Enum):
+    """How one node runs."""
+
+    CONSTANT = "constant"            # a parameter, buffer or lifted constant, bound once
+    INPUT = "input"                  # a planned view the caller's tensor is copied into
+    STATE = "state"                  # a planned view holding a mutated buffer across runs
+    SPECIALISED = "specialised"      # a non-tensor input the program was specialised to
+    SUBGRAPH_INPUT = "subgraph input"  # bound to the caller's values at every subgraph call
+    SUBGRAPH = "subgraph"            # a get_attr naming a subgraph: nothing to run
+    GETITEM = "getitem"              # picks one item of a multi-output value
+    SIZES = "sizes"                  # computes sizes or Python values from sizes alone
+    PLAIN = "plain"                  # a call whose result is not planned (no tensor output)
+    DATA_DEPENDENT = "data-dependent"  # output sizes known only after it runs: bound, copied in
+    VIEW = "view"                    # a real view of its base's planned memory
+    IN_PLACE = "in-place"            # writes its result over an argument's storage (twin op)
+    OUT = "out"                      # the op's native out-variant writes the planned view
+    NATIVE = "native"                # a small native kernel (copy_, fill_, index_select)
+    COPY_IN_PLACE = "copy+in-place"  # out.copy_(self), then the in-place twin on out
+    FALLBACK = "fallback"            # functional op, then copied into the planned view
+    CONTROL_FLOW = "control-flow"    # runs its subgraphs (control_flow.py)
+    OUTPUT = "output"                # the graph's results
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """One row of the lowering table: how one node runs."""
+
+    name: str              # value name (``"<submodule>/<node>"`` inside subgraphs)
+    target: str            # what the node calls, as text (``aten.add.Tensor``, ``placeholder``)
+    kind: Kind             # the rung of the ladder it takes
+    per_frame: bool        # all its work is done once per set of input sizes, none per run
+    frame_value: bool      # its value (a result, or its planned output views) is in the frame
+    kernel: Any = None     # what its step calls: out-variant, in-place twin, native kernel,
+    #                        or control-flow description (None where the kind says it all)
+
+
+# Kinds whose kernel writes the node's planned output views (put in the frame when the sizes
+# follow from the input sizes).
+WRITES_PLANNED_VIEWS = frozenset({Kind.IN_PLACE, Kind.OUT, Kind.NATIVE, Kind.COPY_IN_PLACE,
+                                  Kind.FALLBACK, Kind.CONTROL_FLOW})
+
+
+@dataclass(frozen=True)
+class ProgramFacts:
+    """What lowering reads about a planned program: specs, roles and the symbols the input
+    sizes bind."""
+
+    specs: SpecTable                                  # specs with storage ids
+    roles: Roles                                      # placeholder roles
+    shapes: Mapping[tuple[str, int | None], SymbolicShape]  # (value, item) -> symbolic shape
+    symbols: Mapping[str, frozenset[sympy.Symbol]]    # value -> free symbols of its sizes
+    backed: tuple[sympy.Symbol, ...]                  # symbols bound by input sizes, sorted
+
+    @classmethod
+    def of(cls, specs: SpecTable, roles: Roles) -> ProgramFacts:
+        """The facts of a planned program."""
+        shapes: dict[tuple[str, int | None], SymbolicShape] = {}
+        symbols: dict[str, frozenset[sympy.Symbol]] = {}
+        for name, entry in specs.items():
+            if isinstance(entry, TensorSpec):
+                shapes[(name, None)] = SymbolicShape.of(entry.sym_shape)
+            elif isinstance(entry, tuple):
+                shapes.update({(name, i): SymbolicShape.of(s.sym_shape)
+                               for i, s in enumerate(entry) if s is not None})
+        for (name, _), shape in shapes.items():
+            symbols[name] = symbols.get(name, frozenset()) | shape.symbols
+        backed = {s for name in roles.user_inputs for s in symbols.get(name, ())}
+        return cls(specs, roles, shapes, symbols, tuple(sorted(backed, key=str)))
+
+    def items(self, name: str) -> list[TensorSpec | None]:
+        """The specs of a value's outputs (one item for single-output values)."""
+        entry = self.specs.get(name)
+        return list(entry) if isinstance(entry, tuple) else [entry]
+
+    def is_tensor(self, name: str) -> bool:
+        """True when the value is a tensor or holds tensors."""
+        return isinstance(self.specs.get(name), (TensorSpec, tuple))
+
+    def resolvable(self, name: str) -> bool:
+        """True when every size of the value follows from the input sizes alone."""
+        return self.symbols.get(name, frozenset()) <= set(self.backed)
+
+
+def _target(node: torch.fx.Node) -> str:
+    if node.op in ("placeholder", "output", "get_attr"):
+        return node.op
+    target = node.target
+    return str(target) if isinstance(target, torch._ops.OpOverload) else getattr(
+        target, "__name__", str(target))
+
+
+def _writes_argument(node: torch.fx.Node, name: str, facts: ProgramFacts) -> int | None:
+    """Index of the argument whose storage the node's output shares, if any."""
+    target = facts.items(name)[0]
+    if target is None or target.storage is None:
+        return None
+    prefix = name[:len(name) - len(node.name)]
+    for i, arg in enumerate(node.args):
+        if isinstance(arg, torch.fx.Node):
+            spec = facts.specs.get(prefix + arg.name)
+            if isinstance(spec, TensorSpec) and spec.storage == target.storage:
+                return i
+    return None
+
+
+def _copy_then_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> bool:
+    """True when ``op(self, ...)`` can run as ``out.copy_(self); op_(out, ...)``: the op has an
+    in-place twin and its one output has the shape and dtype of ``self``."""
+    items = facts.items(name)
+    source = node.args[0] if node.args else None
+    prefix = name[:len(name) - len(node.name)]
+    base = facts.specs.get(prefix + source.name) if isinstance(source, torch.fx.Node) else None
+    return (inplace_variant(node.target) is not None and len(items) == 1
+            and isinstance(base, TensorSpec) and isinstance(items[0], TensorSpec)
+            and base.sym_shape == items[0].sym_shape and base.dtype == items[0].dtype)
+
+
+def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
+              inputs_per_frame: bool) -> tuple[Kind, bool, Any]:
+    """(kind, per_frame, kernel) of an ATen op node."""
+    op = node.target
+    if node.meta.get("unbacked_bindings"):
+        return Kind.DATA_DEPENDENT, False, None
+    if all(s is None for s in facts.items(name)) or not op._schema.returns:
+        if returns_sizes(op):
+            return Kind.SIZES, inputs_per_frame, None
+        return Kind.PLAIN, False, None
+    if is_view(op):
+        return Kind.VIEW, inputs_per_frame and facts.resolvable(name), None
+    written = _writes_argument(node, name, facts)
+    if written is not None:
+        twin = inplace_variant(op)
+        if twin is not None and written == 0:
+            return Kind.IN_PLACE, False, twin
+        return Kind.FALLBACK, False, None
+    variant = out_variant(op)
+    if variant is not None and not variant.generated:
+        return Kind.OUT, False, variant
+    if op in NATIVE_INTO:
+        return Kind.NATIVE, False, NATIVE_INTO[op]
+    if _copy_then_in_place(node, name, facts):
+        return Kind.COPY_IN_PLACE, False, inplace_variant(op)
+    return Kind.FALLBACK, False, None
+
+
+def _lower_placeholder(name: str, prefix: str, facts: ProgramFacts) -> tuple[Kind, bool]:
+    if prefix:
+        return Kind.SUBGRAPH_INPUT, False
+    if name in facts.roles.constants:
+        return Kind.CONSTANT, True
+    if facts.roles.role_of.get(name) is Role.STATE:
+        return Kind.STATE, True
+    if isinstance(facts.specs.get(name), TensorSpec):
+        return Kind.INPUT, True
+    return Kind.SPECIALISED, True
+
+
+def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
+               per_frame: set[str]) -> Lowered:
+    """The row of one node; ``per_frame`` holds the names of the values already in the frame
+    (the node's inputs are looked up there).
+
+    Raises ``UnsupportedOpError`` for a node kind the runtime cannot run.
+    """
+    name = prefix + node.name
+    inputs_per_frame = all(prefix + n.name in per_frame for n in node.all_input_nodes)
+    kernel = None
+    if node.op == "placeholder":
+        kind, frame = _lower_placeholder(name, prefix, facts)
+    elif node.op == "get_attr":
+        kind, frame = Kind.SUBGRAPH, True
+    elif node.op == "output":
+        kind, frame = Kind.OUTPUT, False
+    elif node.op != "call_function":
+        raise UnsupportedOpError(f"runtime: node {name!r} of kind {node.op!r} cannot run; "
+                                 "export the model with torch.export")
+    elif node.target is operator.getitem:
+        kind, frame = Kind.GETITEM, inputs_per_frame
+    elif isinstance(node.target, torch._ops.OpOverload):
+        kind, frame, kernel = _lower_op(node, name, facts, inputs_per_frame)
+    elif control_flow_op(node) is not None:
+        kind, frame, kernel = Kind.CONTROL_FLOW, False, control_flow_op(node)
+    else:
+        sizes_only = not any(facts.is_tensor(prefix + n.name) for n in node.all_input_nodes)
+        kind = Kind.SIZES if sizes_only else Kind.PLAIN
+        frame = sizes_only and inputs_per_frame
+    planned_views = kind in WRITES_PLANNED_VIEWS and not node.meta.get("unbacked_bindings")
+    frame_value = frame or (planned_views and facts.resolvable(name))
+    return Lowered(name, _target(node), kind, frame, frame_value, kernel)
+
+
+def lower_graph(module: torch.fx.GraphModule, prefix: str,
+                facts: ProgramFacts) -> tuple[Lowered, ...]:
+    """The lowering table of one graph, one row per node in graph order."""
+    per_frame: set[str] = set()
+    rows = []
+    for node in module.graph.nodes:
+        row = lower_node(node, prefix, facts, per_frame)
+        if row.frame_value:
+            per_frame.add(row.name)
+        rows.append(row)
+    return tuple(rows)
+
+
+def _graphs(module: torch.fx.GraphModule, prefix: str
+            ) -> Iterator[tuple[torch.fx.GraphModule, str]]:
+    yield module, prefix
+    for node in module.graph.nodes:
+        described = control_flow_op(node)
+        for sub in described.subgraph_nodes(node) if described is not None else ():
+            yield from _graphs(getattr(module, sub.target), f"{prefix}{sub.target}/")
+
+
+def lower_program(module: torch.fx.GraphModule, facts: ProgramFacts) -> tuple[Lowered, ...]:
+    """The lowering table of a program: its top-level graph, then every subgraph."""
+    return tuple(row for graph, prefix in _graphs(module, "")
+                 for row in lower_graph(graph, prefix, facts))
+
+
+def explain(rows: tuple[Lowered, ...]) -> str:
+    """The table as aligned text: name, what it calls, how it runs, and when."""
+    width_name = max((len(r.name) for r in rows), default=4)
+    width_target = max((len(r.target) for r in rows), default=6)
+    lines = [f"{'node':<{width_name}}  {'calls':<{width_target}}  {'runs as':<14}  when"]
+    for r in rows:
+        when = "per frame" if r.per_frame else "every run"
+        lines.append(f"{r.name:<{width_name}}  {r.target:<{width_target}}  "
+                     f"{r.kind.value:<14}  {when}")
+    return "\n".join(lines)

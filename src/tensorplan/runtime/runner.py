@@ -1,0 +1,137 @@
+"""Stage 5: run a planned program out of its one arena, like a device runtime.
+
+A ``Runner`` owns the arena (allocated once), the mutable state kept in it across runs, and its
+``RunStats``. Inputs are checked and copied into their planned views (in their planned layout),
+kernels write into planned views, and outputs come back in the model's own structure. The
+state updates are the ones alias analysis decided (``AliasTable.write_back``): a new state
+value that shares its buffer's storage is already in place; the others are copied back after
+the run, every value read before any is written.
+
+Runs on one runner are serialised (a lock); different runners share nothing and run in
+parallel.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.utils import _pytree as pytree
+
+from ..alias import AliasTable
+from ..control_flow import assign
+from ..plan import MemoryPlan
+from ..roles import Role, Roles
+from ..spec import SpecTable
+from ..trace import program_shape_env
+from .arena import Arena
+from .frames import Views
+from .graph import GraphRunner
+from .inputs import bind_inputs, flatten_inputs
+from .lower import ProgramFacts
+from .steps import RunStats, StepContext
+
+
+def _constants(program: ExportedProgram, roles: Roles) -> dict[str, torch.Tensor]:
+    tables = {**program.state_dict, **program.constants}
+    return {name: tables[roles.target_of[name]] for name in roles.constants}
+
+
+class Runner:
+    """Runs one planned program out of its own arena, one call at a time."""
+
+    def __init__(self, program: ExportedProgram, specs: SpecTable, alias: AliasTable,
+                 plan: MemoryPlan, roles: Roles) -> None:
+        self.program, self.roles = program, roles
+        call_spec = program.call_spec  # built anew on each access: read it once
+        self.in_spec, self.out_spec = call_spec.in_spec, call_spec.out_spec
+        leaves = self.in_spec.num_leaves
+        self.positional = pytree.tree_flatten((tuple(range(leaves)), {}))[1] == self.in_spec
+        _, self.shape_env = program_shape_env(program)
+        self.facts = ProgramFacts.of(specs, roles)
+        self.stats = RunStats()
+        self.arena = Arena(plan.arena_bytes)
+        context = StepContext(Views(self.facts, plan, self.arena), _constants(program, roles),
+                              self.shape_env, self.stats)
+        self.graph = GraphRunner(program.graph_module, "", context)
+        slot_of = {node.name: slot for node, slot in self.graph.slots.items()}
+        self.input_slots = [slot_of[name] for name in roles.user_inputs]
+        self.state_slots = {buffer: slot_of[placeholder]
+                            for placeholder, buffer in roles.state_buffers.items()}
+        self.updates = self._updates(alias, slot_of)
+        self._lock = threading.Lock()
+        self._initial_state()
+
+    def _updates(self, alias: AliasTable, slot_of: Mapping[str, int]) -> list[tuple[str, Any]]:
+        """Per graph output: ("output", None), ("input", its index among the user inputs),
+        ("state", the state's slot) for a value to copy back, or ("shared", None)."""
+        copied = {value for value, _ in alias.write_back}
+        outputs = self.program.graph.output_node().args[0]
+        updates = []
+        for node, placeholder in zip(outputs, self.roles.output_updates, strict=True):
+            if placeholder is None:
+                updates.append(("output", None))
+            elif self.roles.role_of[placeholder] is Role.MUTATED_INPUT:
+                updates.append(("input", self.roles.user_inputs.index(placeholder)))
+            elif node.name in copied:
+                updates.append(("state", slot_of[placeholder]))
+            else:
+                updates.append(("shared", None))
+        return updates
+
+    def _static_bindings(self) -> dict:
+        """Any valid bindings: state storages do not depend on input sizes."""
+        return {s: int(self.shape_env.bound_sympy(s).lower) for s in self.facts.backed}
+
+    @torch.no_grad()
+    def _initial_state(self) -> None:
+        frame = self.graph.frames.get(self._static_bindings())
+        tables = {**self.program.state_dict, **self.program.constants}
+        for target, slot in self.state_slots.items():
+            frame[slot].copy_(tables[target])
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Current values of the mutated buffers (copies), by buffer name."""
+        with self._lock:
+            frame = self.graph.frames.get(self._static_bindings())
+            return {target: frame[slot].clone() for target, slot in self.state_slots.items()}
+
+    @torch.no_grad()
+    def run(self, *args: Any, copy_outputs: bool = True, **kwargs: Any) -> Any:
+        """Run on user inputs; return the user outputs in the model's structure.
+
+        With ``copy_outputs=False`` the outputs are views into the arena, valid until the next
+        run. Raises ``InputError`` for inputs that do not match the compiled signature.
+        """
+        if self.positional and not kwargs and len(args) == len(self.roles.user_inputs):
+            flat = list(args)  # plain positional inputs: no pytree walk
+        else:
+            flat = flatten_inputs(self.in_spec, args, kwargs)
+        with self._lock:
+            bindings = bind_inputs(self.program, self.roles, flat, self.facts)
+            frame = self.graph.frames.get(bindings)
+            for slot, value in zip(self.input_slots, flat, strict=True):
+                if isinstance(value, torch.Tensor):
+                    frame[slot].copy_(value)  # into the planned layout, never reinterpreted
+            outputs = self.graph.run([], bindings)
+            results = self._finish(outputs, flat, frame, copy_outputs)
+            self.stats.runs += 1
+            return results
+
+    def _finish(self, outputs: list, flat: list, frame: list, copy_outputs: bool) -> Any:
+        results, targets, values = [], [], []
+        for value, (kind, where) in zip(outputs, self.updates, strict=True):
+            if kind == "output":
+                results.append(value.clone() if copy_outputs and isinstance(value, torch.Tensor)
+                               else value)
+            elif kind == "input":
+                targets.append(flat[where])
+                values.append(value)
+            elif kind == "state":
+                targets.append(frame[where])
+                values.append(value)
+        assign(targets, values)
+        return pytree.tree_unflatten(results, self.out_spec)

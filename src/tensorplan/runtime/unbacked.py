@@ -1,0 +1,59 @@
+"""Data-dependent sizes at run time: bind a node's unbacked symbols from its result, check them
+against the planned bound, and copy the result into its planned views."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
+from torch.utils import _pytree as pytree
+
+from ..errors import InputError
+from ..spec import TensorSpec
+from .frames import Views
+from .shapes import Bindings
+
+
+def _canonical_symbol(shape_env: Any, symbol: sympy.Symbol) -> sympy.Symbol:
+    replaced = shape_env.replace(symbol) if shape_env is not None else symbol
+    return replaced if replaced.is_Symbol else symbol
+
+
+def _check_bound(name: str, op: Any, value: torch.Tensor, spec: TensorSpec) -> None:
+    if any(actual > bound for actual, bound in zip(value.shape, spec.shape, strict=True)):
+        raise InputError(
+            f"runtime: node {name!r} ({op}) produced shape {tuple(value.shape)}, above its "
+            f"planned upper bound {spec.shape}; recompile with a larger bound "
+            "(torch._check on the size, or a larger Dim max)")
+
+
+def binder(node: torch.fx.Node, name: str, views: Views,
+           shape_env: Any) -> Callable[[Any, Bindings], Any]:
+    """A function ``bind(result, bindings)`` that binds the node's unbacked symbols from its
+    result, checks each tensor against its planned bound (``InputError`` above it), copies it
+    into its planned view and returns the views (the result itself for non-tensor values)."""
+    symbols = resolve_unbacked_bindings(shape_env, node.meta["unbacked_bindings"]) or {}
+    facts = views.facts
+    multi = isinstance(facts.specs.get(name), tuple)
+
+    def bind(result: Any, b: Bindings) -> Any:
+        for symbol, path in symbols.items():
+            b[_canonical_symbol(shape_env, symbol)] = int(pytree.key_get(result, path))
+        if not facts.is_tensor(name):
+            return result
+        items = list(result) if multi else [result]
+        placed = []
+        for i, (value, spec) in enumerate(zip(items, facts.items(name), strict=True)):
+            if spec is None:
+                placed.append(value)
+                continue
+            _check_bound(name, node.target, value, spec)
+            view = views.of(name, i if multi else None, b)
+            view.copy_(value)
+            placed.append(view)
+        return tuple(placed) if multi else placed[0]
+    return bind

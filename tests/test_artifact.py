@@ -20,9 +20,10 @@ from tensorplan.artifact import (
     MANIFEST,
     PLAN_MEMBER,
     PROGRAM_MEMBER,
+    ArtifactParts,
     is_artifact,
-    load_program,
-    save_program,
+    read_artifact,
+    write_artifact,
 )
 from tensorplan.report import plan_to_json
 
@@ -41,7 +42,7 @@ def _example(name: str) -> zoo.Example:
 def saved(tmp_path_factory) -> tuple[tp.Program, Path]:
     program = tp.compile(Chain(), (torch.randn(4),))
     path = tmp_path_factory.mktemp("saved") / "chain.tpz"
-    save_program(program, path)
+    program.save(path)
     return program, path
 
 
@@ -60,8 +61,8 @@ def _assert_same_program(loaded: tp.Program, program: tp.Program) -> None:
 def test_round_trip_keeps_the_plan_and_the_specs_and_runs_identically(name, tmp_path):
     e = _example(name)
     program = tp.compile(e.model, e.args, e.kwargs, dynamic_shapes=e.dynamic_shapes)
-    save_program(program, tmp_path / "m.tpz")
-    loaded = load_program(tmp_path / "m.tpz")
+    program.save(tmp_path / "m.tpz")
+    loaded = tp.load(tmp_path / "m.tpz")
     _assert_same_program(loaded, program)
     torch.testing.assert_close(loaded.run(*e.args, **e.kwargs),
                                program.run(*e.args, **e.kwargs), rtol=0, atol=0)
@@ -69,8 +70,20 @@ def test_round_trip_keeps_the_plan_and_the_specs_and_runs_identically(name, tmp_
 
 def test_a_loaded_program_saves_and_loads_again(saved, tmp_path):
     program, path = saved
-    save_program(load_program(path), tmp_path / "again.tpz")
-    _assert_same_program(load_program(tmp_path / "again.tpz"), program)
+    tp.load(path).save(tmp_path / "again.tpz")
+    _assert_same_program(tp.load(tmp_path / "again.tpz"), program)
+
+
+def test_write_and_read_artifact_pass_the_parts_without_a_program(saved, tmp_path):
+    program, _ = saved
+    write_artifact(tmp_path / "parts.tpz", program.exported_program, program.roles, program.specs,
+                   program.plan)
+    parts = read_artifact(tmp_path / "parts.tpz")
+    assert isinstance(parts, ArtifactParts)
+    assert parts.plan == program.plan
+    assert dict(parts.specs.tensors()).keys() == dict(program.specs.tensors()).keys()
+    assert parts.alias.storage_of == program.alias.storage_of
+    assert parts.roles == program.roles
 
 
 def test_the_file_is_a_zip_of_manifest_plan_and_program(saved):
@@ -118,14 +131,14 @@ def test_truncated_file(saved, tmp_path):
     bad = tmp_path / "truncated.tpz"
     bad.write_bytes(data[: len(data) // 2])
     with pytest.raises(tp.FormatError, match=f"{bad}: not a readable zip archive.*truncated"):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_random_bytes(tmp_path):
     bad = tmp_path / "noise.tpz"
     bad.write_bytes(os.urandom(4096))
     with pytest.raises(tp.FormatError, match=f"{bad}: not a readable zip archive"):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_corrupted_member_fails_its_checksum(saved, tmp_path):
@@ -134,12 +147,12 @@ def test_corrupted_member_fails_its_checksum(saved, tmp_path):
     bad = tmp_path / "corrupt.tpz"
     bad.write_bytes(bytes(data))
     with pytest.raises(tp.FormatError, match=f"{bad}: "):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(tp.FormatError, match="missing.tpz: cannot read the file"):
-        load_program(tmp_path / "missing.tpz")
+        tp.load(tmp_path / "missing.tpz")
 
 
 def test_zip_without_manifest(tmp_path):
@@ -147,34 +160,34 @@ def test_zip_without_manifest(tmp_path):
     with zipfile.ZipFile(foreign, "w") as archive:
         archive.writestr("hello.txt", "hi")
     with pytest.raises(tp.FormatError, match=f"{foreign}: not a tensorplan program file"):
-        load_program(foreign)
+        tp.load(foreign)
 
 
 def test_plain_torch_export_file_is_not_a_program_file(tmp_path):
     plain = tmp_path / "plain.pt2"
     torch.export.save(torch.export.export(Chain(), (torch.randn(4),)), plain)
     with pytest.raises(tp.FormatError, match=r"no tensorplan.json.*tp.compile\(path\)"):
-        load_program(plain)
+        tp.load(plain)
 
 
 def test_future_version(saved, tmp_path):
     bad = _rewrite(saved[1], tmp_path / "future.tpz",
                    edit_manifest=lambda m: m.update(version=2))
     with pytest.raises(tp.FormatError, match="version 2 was written by a newer tensorplan"):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_future_plan_schema(saved, tmp_path):
     bad = _rewrite(saved[1], tmp_path / "future.tpz", edit_plan=lambda p: p.update(version=7))
     with pytest.raises(tp.FormatError, match=r"plan.json: version 7 was written by a newer"):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_foreign_format_name(saved, tmp_path):
     bad = _rewrite(saved[1], tmp_path / "other.tpz",
                    edit_manifest=lambda m: m.update(format="something.else"))
     with pytest.raises(tp.FormatError, match="format is 'something.else'"):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_overlapping_offset(saved, tmp_path):
@@ -183,7 +196,7 @@ def test_overlapping_offset(saved, tmp_path):
 
     bad = _rewrite(saved[1], tmp_path / "overlap.tpz", edit_plan=overlap)
     with pytest.raises(tp.FormatError, match="the saved plan is invalid.*overlaps"):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_overlap_hidden_by_edited_lifetimes_is_caught_on_the_real_schedule(saved, tmp_path):
@@ -196,14 +209,14 @@ def test_overlap_hidden_by_edited_lifetimes_is_caught_on_the_real_schedule(saved
 
     bad = _rewrite(saved[1], tmp_path / "hidden.tpz", edit_plan=hide)
     with pytest.raises(tp.FormatError, match="unsafe for the embedded program's schedule"):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_storage_smaller_than_its_values(saved, tmp_path):
     bad = _rewrite(saved[1], tmp_path / "small.tpz",
                    edit_plan=lambda d: _storage(d, "relu").update(size=0))
     with pytest.raises(tp.FormatError, match=r"storage \d+ \(relu\) has 0 bytes but needs 16"):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_value_spec_that_differs_from_the_program(saved, tmp_path):
@@ -213,7 +226,7 @@ def test_value_spec_that_differs_from_the_program(saved, tmp_path):
     bad = _rewrite(saved[1], tmp_path / "dtype.tpz", edit_plan=retype)
     with pytest.raises(tp.FormatError, match="value 'neg' has dtype 'float16' in the file but "
                                              "'float32' in the embedded program"):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_missing_storage(saved, tmp_path):
@@ -223,7 +236,7 @@ def test_missing_storage(saved, tmp_path):
     bad = _rewrite(saved[1], tmp_path / "drop.tpz", edit_plan=drop)
     with pytest.raises(tp.FormatError, match=r"places storages \[0, 1\] but the embedded "
                                              r"program has storages \[0, 1, 2\]"):
-        load_program(bad)
+        tp.load(bad)
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -238,7 +251,7 @@ def test_missing_storage(saved, tmp_path):
 def test_malformed_plan_fields(saved, tmp_path, edit, message):
     bad = _rewrite(saved[1], tmp_path / "malformed.tpz", edit_plan=edit)
     with pytest.raises(tp.FormatError, match=message):
-        load_program(bad)
+        tp.load(bad)
 
 
 def test_plan_that_is_not_json(saved, tmp_path):
@@ -249,7 +262,7 @@ def test_plan_that_is_not_json(saved, tmp_path):
         for name, data in members.items():
             archive.writestr(name, b"{not json" if name == PLAN_MEMBER else data)
     with pytest.raises(tp.FormatError, match="plan.json: not valid JSON"):
-        load_program(bad)
+        tp.load(bad)
 
 
 class _Payload:
@@ -292,10 +305,10 @@ def _with_hostile_member(source: Path, target: Path, member: str, config: bool) 
 ])
 def test_pickled_objects_in_the_program_are_refused_unrun(tmp_path, member, config):
     e = zoo.example("mlp")
-    save_program(tp.compile(e.model, e.args), tmp_path / "mlp.tpz")
+    tp.compile(e.model, e.args).save(tmp_path / "mlp.tpz")
     bad = _with_hostile_member(tmp_path / "mlp.tpz", tmp_path / "hostile.tpz", member, config)
     with pytest.raises(tp.FormatError, match=f"program.pt2: (data|member '{member}')"):
-        load_program(bad)
+        tp.load(bad)
     assert not getattr(builtins, "_tensorplan_pwned", False)
 
 

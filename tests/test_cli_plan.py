@@ -14,7 +14,6 @@ import torch
 
 import tensorplan as tp
 from tensorplan import zoo
-from tensorplan.artifact import load_program
 from tensorplan.cli import main
 
 FACTORIES = textwrap.dedent("""
@@ -103,7 +102,7 @@ def test_output_files(tmp_path, capsys, mlp_arena):
     assert document["arena_bytes"] == mlp_arena and document["model"]["name"] == "mlp"
     assert f"#define MLP_ARENA_BYTES {mlp_arena}u" in files["--header"].read_text()
     assert files["--timeline"].read_bytes()[:4] == b"\x89PNG"
-    assert load_program(files["--save"]).plan.arena_bytes == mlp_arena
+    assert tp.load(files["--save"]).plan.arena_bytes == mlp_arena
 
 
 def test_saved_program_target_keeps_its_plan_unless_asked(tmp_path, capsys):

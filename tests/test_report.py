@@ -25,8 +25,9 @@ from tensorplan.report import (
     spec_table,
 )
 from tensorplan.report.export import c_identifier
+from tensorplan.report.geometry import peak, x_maps
 from tensorplan.report.text import bytes_text, human_bytes
-from tensorplan.report.timeline import _x_maps
+from tensorplan.report.timeline import LABELLED, _label, plot_plan
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +210,7 @@ def test_timeline_is_a_png_of_the_expected_size(branches, tmp_path):
 
 
 def test_timeline_puts_each_branch_in_its_half_of_the_region(branches):
-    maps = _x_maps(branches.plan)
+    maps = x_maps(branches.plan)
     step = branches.plan.regions[0].step
     assert maps[""](3) == 3
     assert maps["true_graph_0/"](0) == step
@@ -223,3 +224,56 @@ def test_timeline_without_matplotlib_says_how_to_install_it(mlp, tmp_path, monke
     with pytest.raises(tp.TensorPlanError, match=r"tensorplan\[plot\]"):
         plot_timeline(mlp, tmp_path / "t.png")
     assert not (tmp_path / "t.png").exists()
+
+
+def _svg_texts(path) -> list[str]:
+    return [t.strip() for t in re.findall(r"<text[^>]*>([^<]*)</text>", path.read_text())]
+
+
+def test_svg_timeline_labels_the_largest_storages_and_explains_the_marks(mlp, tmp_path):
+    plot_timeline(mlp, tmp_path / "mlp.svg", "mlp")
+    texts = _svg_texts(tmp_path / "mlp.svg")
+    assert {"addmm 8.0 KiB", "gelu 8.0 KiB"} <= set(texts)
+    top = peak(mlp.plan)
+    assert f"peak: step {top.step}, 16.0 KiB live" in texts
+    assert {"lower bound 16.0 KiB", "activation (computed during a run)",
+            "input (the caller's tensors, copied in)"} <= set(texts)
+
+
+def test_a_label_is_drawn_only_where_it_fits():
+    s = tp.PlannedStorage(3, 0, 8192, 0, 4, "activation", "", ("convolution", "view"))
+    assert _label(s, 200, 20) == ("convolution 8.0 KiB", 0)
+    assert _label(s, 100, 40) == ("convolution\n8.0 KiB", 0)
+    assert _label(s, 18, 200) == ("convolution 8.0 KiB", 90)
+    assert _label(s, 14, 14) is None
+
+
+def test_a_1000_storage_timeline_labels_only_the_largest_that_fit(tmp_path):
+    from tensorplan.dsa import load_instance
+    from tensorplan.planners import plan_buffers
+    from tensorplan.report.html import placement_plan
+
+    rng = __import__("random").Random(1)
+    rows = ["id,lower,upper,size"]
+    for i in range(1000):
+        start = rng.randrange(0, 2000)
+        rows.append(f"b{i},{start},{start + rng.randrange(1, 400)},{rng.randrange(1, 9) * 4096}")
+    rows += [f"big{i},{400 * i},{400 * i + 1200},{(60 + i) * 16384}" for i in range(4)]
+    (tmp_path / "many.csv").write_text("\n".join(rows) + "\n")
+    instance = load_instance(tmp_path / "many.csv")
+    plan = placement_plan(instance, plan_buffers(instance.problem.buffers, algorithm="greedy"))
+    plot_plan(plan, tmp_path / "many.svg", "many")
+    labels = [t for t in _svg_texts(tmp_path / "many.svg") if re.fullmatch(r"b(ig)?\d+ .*iB", t)]
+    assert 1 <= len(labels) <= LABELLED
+    largest = max(plan.storages.values(), key=lambda s: s.size)
+    assert largest.values == ("big3",) and labels[0] == "big3 1008.0 KiB"
+
+
+def test_the_peak_step_holds_the_lower_bound(mlp, branches):
+    for program in (mlp, branches):
+        top = peak(program.plan)
+        assert top.live_bytes == program.plan.lower_bound_bytes
+        live = [s for s in program.plan.storages.values()
+                if not s.graph and s.start <= top.step < s.end]
+        assert sorted(top.storages) == sorted(s.id for s in live)
+    assert peak(branches.plan).regions in ((), ("cond",))

@@ -3,7 +3,6 @@
 Stages (one module each, data flows one way): capture → propagate → alias → plan → run/report.
 """
 
-from .artifact import load_program as load
 from .capture import capture
 from .errors import (
     CaptureError,
@@ -17,7 +16,7 @@ from .errors import (
 )
 from .plan import MemoryPlan, PlannedRegion, PlannedStorage
 from .planners import Buffer, Placement, PlannerParams, plan_buffers
-from .program import Program, compile
+from .program import Program, compile, load
 from .propagate import propagate
 from .spec import SpecTable, TensorSpec
 

@@ -21,6 +21,7 @@ Worked example: ``y = x.view(-1); z = y + 1; return y, z`` gives
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from .control_flow import ControlFlowOp, control_flow_op
 from .errors import UnsupportedOpError
 from .roles import Roles, read_roles
 from .schemas import inplace_variant
-from .spec import SpecTable, TensorSpec
+from .spec import Entry, SpecTable, TensorSpec
 from .trace import carried_spec
 
 StorageKind = Literal["input", "state", "activation"]
@@ -333,3 +334,26 @@ def analyze(program: ExportedProgram, specs: SpecTable, roles: Roles | None = No
                              tuple(values)) for sid, values in builder.members.items()}
     state_of = {name: builder.storage_of[name] for name in state.values()}
     return AliasTable(dict(builder.storage_of), storages, state_of, tuple(write_back))
+
+
+def _placed(spec: TensorSpec, storage: Any) -> TensorSpec:
+    """The spec in its storage; a tensor with no storage is a constant or a view of one."""
+    if isinstance(storage, int):
+        return spec.with_storage(storage)
+    return dataclasses.replace(spec, storage=None, const=True)
+
+
+def _with_storage(entry: Entry, ref: Any) -> Entry:
+    if isinstance(entry, TensorSpec):
+        return _placed(entry, ref)
+    if isinstance(entry, tuple):
+        refs = ref if isinstance(ref, tuple) else (None,) * len(entry)
+        return tuple(None if e is None else _placed(e, r) for e, r in zip(entry, refs,
+                                                                          strict=True))
+    return entry
+
+
+def planned_specs(specs: SpecTable, alias: AliasTable) -> SpecTable:
+    """The spec table with each spec's ``storage`` set from the alias table."""
+    return SpecTable({name: _with_storage(entry, alias.storage_of.get(name))
+                      for name, entry in specs.items()})

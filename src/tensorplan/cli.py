@@ -1,23 +1,26 @@
 """The ``tensorplan`` console command: one function pair (add parser, run) per subcommand.
 
 Every error tensorplan raises on purpose is printed as one line on stderr with exit code 2.
+What a user sees first is ``DESCRIPTION`` and ``EXAMPLES`` (``tensorplan --help``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import json
 import sys
+import textwrap
 import time
 import warnings
 from collections.abc import Callable, Sequence
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
 from tensorplan import zoo
-from tensorplan.artifact import save_program
 from tensorplan.bench import BenchRow, bench_target, check_algorithms
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import TensorPlanError
@@ -33,11 +36,38 @@ from tensorplan.report import (
     spec_table,
 )
 from tensorplan.report.compare import compare
+from tensorplan.report.diff import diff_plans, diff_report, read_plan_file
+from tensorplan.report.html import placement_plan, write_html, write_page
+from tensorplan.report.timeline import plot_plan
 from tensorplan.runtime.lower import explain
 from tensorplan.targets import FORMS, load_example, load_target, target_name
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
 WIDE = 160  # console width when stdout is not a terminal (files, pipes, tests)
+
+DESCRIPTION = """\
+Take a PyTorch model to a fixed, verified memory plan: the shape bound, dtype and layout of
+every tensor, one arena for all of them, and where each one lives in it. Then run the model
+out of that arena, or hand the plan to a device as JSON or a C header.
+
+A TARGET is zoo:NAME (a built-in model), package.module:factory (a function of yours that
+returns (model, args[, kwargs, dynamic_shapes]); the current directory is importable), or a
+.pt2 file (torch.export.save) or a program saved with --save."""
+
+EXAMPLES = """\
+examples:
+  tensorplan plan zoo:tiny_gpt --html plan.html   plan a built-in model; open plan.html
+  tensorplan plan mymodels:make_model --specs --timeline plan.png --header plan.h --json plan.json
+  tensorplan plan zoo:mlp --save mlp.tplan        save the program with its plan
+  tensorplan run zoo:tiny_gpt                     run out of the arena, compare with eager
+  tensorplan dsa benchmarks/dsa/challenging_A.csv --html dsa.html
+                                                  plan a CSV instance (id,lower,upper,size)
+  tensorplan bench zoo:mlp benchmarks/dsa/resnet50.csv --algorithms greedy,auto
+                                                  time and compare the planners
+  tensorplan diff old.tplan new.tplan             what a model change cost in memory
+
+built-in models: {models}
+`tensorplan COMMAND --help` lists a command's options."""
 
 
 def _placement_table(title: str, buffers: int, placement: Placement, seconds: float) -> Table:
@@ -73,6 +103,8 @@ def add_dsa_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--out", default=None, metavar="F", help="write the rows with an offset column to this CSV"
     )
+    parser.add_argument("--html", metavar="F", help="write the interactive page of the placement")
+    parser.add_argument("--timeline", metavar="F.png", help="draw the placement (.png, .svg)")
     parser.set_defaults(run=run_dsa)
 
 
@@ -88,6 +120,12 @@ def run_dsa(args: argparse.Namespace) -> int:
     Console().print(_placement_table(str(args.file), buffers, placement, seconds))
     if args.out:
         write_solution(args.out, instance, placement)
+    plan = placement_plan(instance, placement)
+    if args.html:
+        _write(args.html, "page", lambda path: write_page(path, f"{args.file}: placement", plan,
+                                                          {}))
+    if args.timeline:
+        _write(args.timeline, "timeline", lambda path: plot_plan(plan, path, str(args.file)))
     return 0
 
 
@@ -118,7 +156,8 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
-    parser.add_argument("--timeline", metavar="F.png", help="draw the plan over time")
+    parser.add_argument("--timeline", metavar="F.png", help="draw the plan over time (.png, .svg)")
+    parser.add_argument("--html", metavar="F", help="write the interactive page of the plan")
     parser.add_argument("--save", metavar="F", help="save the compiled program (tp.load reads it)")
     parser.set_defaults(run=run_plan)
 
@@ -143,16 +182,22 @@ def _write_outputs(program: Program, args: argparse.Namespace) -> None:
         ),
         (args.header, "C header", lambda path: _write_text(path, plan_to_c_header(program, name))),
         (args.timeline, "timeline", lambda path: plot_timeline(program, path, name)),
-        (args.save, "program", lambda path: save_program(program, path)),
+        (args.html, "page", lambda path: write_html(program, path, name)),
+        (args.save, "program", program.save),
     )
     for path, what, write in writers:
         if path:
-            try:
-                write(path)
-            except (OSError, ValueError) as error:  # ValueError: an image format unknown
-                message = error.strerror if isinstance(error, OSError) else None
-                raise TensorPlanError(f"cannot write {path}: {message or error}") from None
-            print(f"wrote {what} to {path}")
+            _write(path, what, write)
+
+
+def _write(path: str, what: str, write: Callable[[str], None]) -> None:
+    """``write(path)``; a file that cannot be written becomes one ``TensorPlanError`` line."""
+    try:
+        write(path)
+    except (OSError, ValueError) as error:  # ValueError: an image format unknown
+        message = error.strerror if isinstance(error, OSError) else None
+        raise TensorPlanError(f"cannot write {path}: {message or error}") from None
+    print(f"wrote {what} to {path}")
 
 
 def _write_text(path: str, text: str) -> None:
@@ -288,17 +333,47 @@ def run_bench(args: argparse.Namespace) -> int:
     return 1 if any(row.matches is False for row in rows) else 0
 
 
+def add_diff_command(commands: argparse._SubParsersAction) -> None:
+    """``tensorplan diff OLD NEW``: compare two plans storage by storage."""
+    parser = commands.add_parser(
+        "diff", help="compare two saved programs or plan JSON files: what grew, what shrank"
+    )
+    parser.add_argument("old", help="a saved program (--save) or a plan JSON file (--json)")
+    parser.add_argument("new", help="the same, after the change")
+    parser.set_defaults(run=run_diff)
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """Print arena, bound and the storages that grew, shrank, appeared or vanished."""
+    diff = diff_plans(read_plan_file(args.old), read_plan_file(args.new))
+    console = Console() if sys.stdout.isatty() else Console(width=WIDE)
+    console.print(f"{args.old} -> {args.new}")
+    console.print(diff_report(diff))
+    return 0
+
+
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    add_dsa_command,
     add_plan_command,
     add_run_command,
+    add_dsa_command,
     add_bench_command,
+    add_diff_command,
 )
 
 
+def _version() -> str:
+    """``tensorplan X.Y.Z (torch A.B.C)``, from the installed package's metadata."""
+    return f"tensorplan {importlib.metadata.version('tensorplan')} (torch {torch.__version__})"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand in ``COMMANDS``."""
-    parser = argparse.ArgumentParser(prog="tensorplan", description=__doc__.splitlines()[0])
+    """The argument parser with every subcommand in ``COMMANDS``, ``--help`` and ``--version``."""
+    parser = argparse.ArgumentParser(
+        prog="tensorplan", description=DESCRIPTION,
+        epilog=EXAMPLES.format(models=textwrap.fill(", ".join(zoo.names()), width=80,
+                                                    subsequent_indent="  ")),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in COMMANDS:
         add_command(commands)

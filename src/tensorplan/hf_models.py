@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from .zoo import Example
+from .example import Example
 
 VOCAB = 1000      # vocabulary of the language models
 SEQ = 64          # tokens of the static inputs, and the upper bound of the dynamic ones

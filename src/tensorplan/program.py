@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import sys
@@ -14,7 +13,8 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from .alias import AliasTable, analyze
+from .alias import AliasTable, analyze, planned_specs
+from .artifact import read_artifact, write_artifact
 from .capture import capture
 from .errors import PlanError
 from .liveness import lifetimes
@@ -24,7 +24,7 @@ from .propagate import propagate
 from .roles import Roles, read_roles
 from .runtime.lower import Lowered, ProgramFacts, lower_program
 from .runtime.runner import Runner
-from .spec import Entry, SpecTable, TensorSpec
+from .spec import SpecTable
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,7 @@ class Program:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the program, its specs and its plan to one file; ``tp.load`` reads it back."""
-        from .artifact import save_program  # artifact imports this module: import on use
-
-        save_program(self, path)
+        write_artifact(path, self.exported_program, self.roles, self.specs, self.plan)
 
     def run(self, *args: Any, copy_outputs: bool = True, **kwargs: Any) -> Any:
         """Run the program out of its arena; outputs come in the model's own structure.
@@ -85,29 +83,6 @@ class Program:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The current value of every mutated buffer (by buffer name), as copies."""
         return self.default_runner.state_dict()
-
-
-def _placed(spec: TensorSpec, storage: Any) -> TensorSpec:
-    """The spec in its storage; a tensor with no storage is a constant or a view of one."""
-    if isinstance(storage, int):
-        return spec.with_storage(storage)
-    return dataclasses.replace(spec, storage=None, const=True)
-
-
-def _with_storage(entry: Entry, ref: Any) -> Entry:
-    if isinstance(entry, TensorSpec):
-        return _placed(entry, ref)
-    if isinstance(entry, tuple):
-        refs = ref if isinstance(ref, tuple) else (None,) * len(entry)
-        return tuple(None if e is None else _placed(e, r) for e, r in zip(entry, refs,
-                                                                          strict=True))
-    return entry
-
-
-def planned_specs(specs: SpecTable, alias: AliasTable) -> SpecTable:
-    """The spec table with each spec's ``storage`` set from the alias table."""
-    return SpecTable({name: _with_storage(entry, alias.storage_of.get(name))
-                      for name, entry in specs.items()})
 
 
 def _check_alignment(alignment: int, specs: SpecTable) -> None:
@@ -150,3 +125,13 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
               f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B, "
               f"{plan.algorithm}{' (optimal)' if plan.optimal else ''}", file=sys.stderr)
     return Program(program, planned_specs(specs, alias), alias, plan, roles)
+
+
+def load(path: str | os.PathLike[str]) -> Program:
+    """The program a file written by ``Program.save`` holds: its saved plan, not re-planned.
+
+    Raises ``FormatError`` for a truncated, corrupted or foreign file, a file of another
+    format version, or a plan that does not fit the embedded program.
+    """
+    parts = read_artifact(path)
+    return Program(parts.exported_program, parts.specs, parts.alias, parts.plan, parts.roles)

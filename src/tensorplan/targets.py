@@ -8,7 +8,7 @@ A target is one of:
   ``(model, args, kwargs, dynamic_shapes)``; the current directory is importable, as under
   ``python -m``;
 - the path of a file: a program written by ``torch.export.save``, or a tensorplan program file
-  written by ``save_program``. The two are told apart by content, whatever the file is called.
+  written by ``Program.save``. The two are told apart by content, whatever the file is called.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import torch
 from torch.export import ExportedProgram
 
 from . import zoo
-from .artifact import is_artifact, load_program
+from .artifact import is_artifact
 from .capture import capture
 from .errors import InputError
 from .plan import PlanOptions
-from .program import Program, compile
+from .program import Program, compile, load
 
 FORMS = "zoo:NAME, package.module:factory, or the path of a .pt2 file"
 
@@ -79,13 +79,13 @@ def _options(params: PlanOptions | None) -> dict[str, Any]:
 def load_exported(path: str) -> ExportedProgram:
     """The program in a ``.pt2`` file or a tensorplan program file, not planned yet."""
     _require_file(path)
-    return load_program(path).exported_program if is_artifact(path) else capture(path)
+    return load(path).exported_program if is_artifact(path) else capture(path)
 
 
 def _from_file(path: str, params: PlanOptions | None) -> Program:
     _require_file(path)
     if params is None and is_artifact(path):
-        return load_program(path)
+        return load(path)
     return compile(load_exported(path), **_options(params))
 
 

@@ -9,24 +9,15 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 from torch.export import Dim
 
 from .errors import InputError
+from .example import Example
 
-
-@dataclass(frozen=True)
-class Example:
-    """A model with the inputs it is captured with."""
-
-    model: nn.Module                  # the eager module, in eval mode
-    args: tuple[Any, ...]             # example positional inputs
-    kwargs: dict[str, Any] = field(default_factory=dict)  # example keyword inputs
-    dynamic_shapes: Any = None        # as for torch.export.export
+__all__ = ["Example", "example", "names"]
 
 
 class MLP(nn.Module):

@@ -1,87 +1,26 @@
-"""The plan as data for other tools: a JSON document and a C header.
-
-The JSON document is the one serialised form of a plan and its specs; ``artifact.py`` stores it
-and reads it back. Keys of ``storages`` and ``regions`` entries are the field names of
-``PlannedStorage`` and ``PlannedRegion``.
-"""
+"""The plan as data for other tools: a JSON document (``encoding.py``) and a C header."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
-import torch
-
+from ..encoding import encode_plan
 from ..plan import MemoryPlan, PlannedStorage
 from ..program import Program
-from ..spec import TensorSpec
-from .text import dtype_name
-
-SCHEMA = "tensorplan.plan"  # the "schema" field of every plan document
-SCHEMA_VERSION = 1          # bumped whenever a field changes meaning or disappears
-
-
-def value_to_json(name: str, spec: TensorSpec) -> dict[str, Any]:
-    """One tensor value as plain JSON data (lists, strings and ints only).
-
-    >>> spec = TensorSpec((2, 3), (2, 3), torch.float32, (0, 1), (3, 1), 24, storage=4)
-    >>> value_to_json("relu", spec)["shape"], value_to_json("relu", spec)["dtype"]
-    ([2, 3], 'float32')
-    """
-    return {
-        "name": name,
-        "storage": spec.storage,
-        "shape": list(spec.shape),
-        "sym_shape": [str(s) for s in spec.sym_shape],
-        "dtype": dtype_name(spec.dtype),
-        "dim_order": list(spec.dim_order),
-        "strides": list(spec.strides),
-        "nbytes": spec.nbytes,
-        "const": spec.const,
-    }
-
-
-def _record(item: Any) -> dict[str, Any]:
-    """A frozen dataclass as a dict, tuples as lists."""
-    return {key: list(value) if isinstance(value, tuple) else value
-            for key, value in dataclasses.asdict(item).items()}
-
-
-def _graph_info(program: Program, name: str) -> dict[str, Any]:
-    signature = program.exported_program.graph_signature
-    return {
-        "name": name,
-        "inputs": list(program.roles.user_inputs),
-        "outputs": [str(out) for out in signature.user_outputs],
-        "nodes": len(program.exported_program.graph.nodes),
-        "torch": torch.__version__,
-    }
+from .c_values import SHARED_TYPES, c_array, value_table
 
 
 def plan_to_json(program: Program, name: str = "model") -> dict[str, Any]:
-    """The plan and every tensor value's spec as a JSON-ready dict.
+    """The plan and every tensor value's spec as a JSON-ready dict (see ``encoding.encode_plan``).
 
-    Holds ``schema``/``version``, ``model`` (name, user inputs and outputs, node count), the
-    plan's numbers (``arena_bytes``, ``lower_bound_bytes``, ``alignment``, ``algorithm``,
-    ``optimal``), ``storages`` and ``regions`` (their dataclass fields), and ``values``: one
-    entry per tensor value (see ``value_to_json``), items of multi-output values as
-    ``name[i]``.
+    >>> import torch, tensorplan as tp
+    >>> doc = plan_to_json(tp.compile(torch.nn.Linear(4, 2), (torch.randn(3, 4),)), "linear")
+    >>> doc["schema"], doc["model"]["name"], doc["arena_bytes"]
+    ('tensorplan.plan', 'linear', 80)
     """
-    plan = program.plan
-    return {
-        "schema": SCHEMA,
-        "version": SCHEMA_VERSION,
-        "model": _graph_info(program, name),
-        "arena_bytes": plan.arena_bytes,
-        "lower_bound_bytes": plan.lower_bound_bytes,
-        "alignment": plan.alignment,
-        "algorithm": plan.algorithm,
-        "optimal": plan.optimal,
-        "storages": [_record(plan.storages[sid]) for sid in sorted(plan.storages)],
-        "regions": [_record(region) for region in plan.regions],
-        "values": [value_to_json(value, spec) for value, spec in program.specs.tensors()],
-    }
+    return encode_plan(program.exported_program, program.roles, program.specs, program.plan,
+                       name)
 
 
 def c_identifier(text: str) -> str:
@@ -110,11 +49,6 @@ def _storage_lines(prefix: str, s: PlannedStorage) -> tuple[str, list[str]]:
     ]
 
 
-def _array(ctype: str, name: str, count: str, items: list[str]) -> list[str]:
-    body = ",\n".join(f"    {item}" for item in items)
-    return [f"static const {ctype} {name}[{count}] = {{", body, "};"]
-
-
 def _header_numbers(prefix: str, plan: MemoryPlan) -> list[str]:
     return [
         f"#define {prefix}_ARENA_BYTES {plan.arena_bytes}u",
@@ -131,7 +65,10 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
     and for each storage ``<NAME>_S<id>_<VALUE>_OFFSET`` / ``_SIZE`` (``VALUE`` from its first
     value's name, with a comment naming all its values), plus the ``static const`` arrays
     ``<name>_storage_ids``, ``_offsets`` and ``_sizes`` in storage-id order. Offsets are bytes
-    from the start of the arena, subgraph storages included.
+    from the start of the arena, subgraph storages included. Then the value table (see
+    ``c_values.value_table``): ``<NAME>_NUM_VALUES`` and ``<name>_values``, one
+    ``tensorplan_value_t`` per planned value (name, storage, offset, size, lifetime, dtype code,
+    kind, rank, upper-bound shape, dim order), with ``<name>_graphs`` naming the graphs.
     """
     prefix = c_identifier(name)
     lower = prefix.lower()
@@ -139,7 +76,7 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
     storages = [plan.storages[sid] for sid in sorted(plan.storages)]
     lines = [_comment(f"tensorplan memory plan of {name!r}; generated, do not edit."),
              f"#ifndef TENSORPLAN_{prefix}_H", f"#define TENSORPLAN_{prefix}_H", "",
-             "#include <stdint.h>", "", *_header_numbers(prefix, plan), ""]
+             "#include <stdint.h>", "", *SHARED_TYPES, "", *_header_numbers(prefix, plan), ""]
     stems = []
     for storage in storages:
         stem, block = _storage_lines(prefix, storage)
@@ -147,11 +84,12 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
         lines += [*block, ""]
     if storages:
         count = f"{prefix}_NUM_STORAGES"
-        lines += _array("uint32_t", f"{lower}_storage_ids", count, [str(s.id) for s in storages])
-        lines += _array("uint64_t", f"{lower}_storage_offsets", count,
+        lines += c_array("uint32_t", f"{lower}_storage_ids", count, [str(s.id) for s in storages])
+        lines += c_array("uint64_t", f"{lower}_storage_offsets", count,
                         [f"{stem}_OFFSET" for stem in stems])
-        lines += _array("uint64_t", f"{lower}_storage_sizes", count,
+        lines += c_array("uint64_t", f"{lower}_storage_sizes", count,
                         [f"{stem}_SIZE" for stem in stems])
         lines.append("")
+    lines += [*value_table(prefix, plan, program.specs), ""]
     lines.append(f"#endif {_comment(f'TENSORPLAN_{prefix}_H')}")
     return "\n".join(lines) + "\n"

@@ -8,10 +8,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..encoding import dtype_name
 from ..plan import MemoryPlan, PlannedStorage
 from ..program import Program
 from ..spec import SpecTable
-from .text import bytes_text, dtype_name, shape_text
+from .text import bytes_text, shape_text
 
 SHOWN_VALUES = 3  # values named per storage row before "+N more"
 
@@ -50,19 +51,27 @@ def _kinds(plan: MemoryPlan) -> str:
     return f"{len(plan.storages)} ({detail})" if counts else "0"
 
 
+def plan_numbers(plan: MemoryPlan) -> list[tuple[str, str]]:
+    """The plan's headline numbers as (label, text): arena, lower bound, ratio, algorithm, ..."""
+    return [
+        ("arena", bytes_text(plan.arena_bytes)),
+        ("lower bound", bytes_text(plan.lower_bound_bytes)),
+        ("ratio", _ratio(plan)),
+        ("algorithm", plan.algorithm),
+        ("optimal", "yes" if plan.optimal else "not proven"),
+        ("alignment", f"{plan.alignment} B"),
+        ("storages", _kinds(plan)),
+        ("regions", str(len(plan.regions))),
+    ]
+
+
 def overview_table(plan: MemoryPlan) -> Table:
-    """Two columns: the plan's headline numbers (arena, lower bound, ratio, algorithm, ...)."""
+    """Two columns: the plan's headline numbers (``plan_numbers``)."""
     table = Table(title="Memory plan", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", justify="right")
-    table.add_row("arena", bytes_text(plan.arena_bytes))
-    table.add_row("lower bound", bytes_text(plan.lower_bound_bytes))
-    table.add_row("ratio", _ratio(plan))
-    table.add_row("algorithm", plan.algorithm)
-    table.add_row("optimal", "yes" if plan.optimal else "not proven")
-    table.add_row("alignment", f"{plan.alignment} B")
-    table.add_row("storages", _kinds(plan))
-    table.add_row("regions", str(len(plan.regions)))
+    for label, text in plan_numbers(plan):
+        table.add_row(label, text)
     return table
 
 

@@ -1,8 +1,6 @@
-"""Short human-readable texts shared by the reports: byte counts, dtypes and shapes."""
+"""Short human-readable texts shared by the reports: byte counts and shapes."""
 
 from __future__ import annotations
-
-import torch
 
 from ..spec import TensorSpec, _dim_text
 
@@ -33,15 +31,6 @@ def bytes_text(n: int) -> str:
     """
     exact = f"{n:,} B"
     return exact if abs(n) < 1024 else f"{exact} ({human_bytes(n)})"
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """The dtype without its ``torch.`` prefix.
-
-    >>> dtype_name(torch.float32)
-    'float32'
-    """
-    return str(dtype).removeprefix("torch.")
 
 
 def shape_text(spec: TensorSpec) -> str:

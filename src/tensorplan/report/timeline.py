@@ -1,28 +1,39 @@
-"""A picture of the plan: bytes of the arena against the steps of the schedule.
+"""A picture of the plan: bytes of the arena against the steps of the schedule (PNG, SVG, ...).
 
-Each storage is a rectangle ``[start, end) x [offset, offset + size)``; each control-flow
-region is a hatched rectangle labelled with its node, and its subgraphs' storages are drawn
-inside it: the region's one step is split between its subgraphs (a ``cond``'s true branch on
-the left, its false branch on the right), each subgraph's own steps squeezed into its share.
-matplotlib is imported only here, on demand (``pip install tensorplan[plot]``).
+Each storage is a rectangle ``[start, end) x [offset, offset + size)`` coloured by kind; the
+largest ones carry their first value's name and size when the text fits inside. Each
+control-flow region is a hatched rectangle labelled with its node, its subgraphs' storages
+drawn inside it (see ``geometry.py``). The peak step is a shaded band, the lower bound a dashed
+line, and the legend says what each colour means. matplotlib is imported only here, on demand
+(``pip install tensorplan[plot]``).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import TensorPlanError
-from ..plan import MemoryPlan
+from ..plan import MemoryPlan, PlannedStorage
 from ..program import Program
+from .geometry import (
+    KIND_COLOURS,
+    KIND_MEANINGS,
+    PEAK_COLOUR,
+    REGION_COLOUR,
+    XMap,
+    first_step,
+    graph_steps,
+    peak,
+    x_maps,
+)
 from .text import human_bytes
 
-KIND_COLOURS = {"input": "#4C72B0", "state": "#C44E52", "activation": "#55A868"}
-REGION_COLOUR = "#8172B2"
-
-XMap = Callable[[float], float]  # a graph's steps -> top-level x coordinate
+LABELLED = 12          # the largest storages that get a label, when it fits
+LABEL_POINTS = 7       # font size of the labels
+DPI = 120              # pixels per inch of the raster formats
+CHAR_WIDTH = 0.62      # a label character's width, in font sizes (DejaVu Sans, on average)
 
 
 def _pyplot() -> Any:
@@ -36,41 +47,12 @@ def _pyplot() -> Any:
     return plt
 
 
-def _graph_steps(plan: MemoryPlan, graph: str) -> int:
-    ends = [s.end for s in plan.storages.values() if s.graph == graph]
-    ends += [r.step + 1 for r in plan.regions if r.graph == graph]
-    return max(ends, default=1)
-
-
-def _first_step(plan: MemoryPlan) -> int:
-    """One step before the first computation: the steps before it are only placeholders."""
-    starts = [s.start for s in plan.storages.values() if s.kind == "activation" and not s.graph]
-    starts += [r.step for r in plan.regions if not r.graph]
-    return max(min(starts, default=0) - 1, 0)
-
-
-def _x_maps(plan: MemoryPlan) -> dict[str, XMap]:
-    """For every graph, where its steps fall on the top-level time axis."""
-    maps: dict[str, XMap] = {"": lambda x: x}
-    for region in plan.regions:  # a parent's region always comes before its subgraphs' regions
-        outer = maps[region.graph]
-        left, right = outer(region.step), outer(region.step + 1)
-        share = (right - left) / max(len(region.subgraphs), 1)
-        for i, sub in enumerate(region.subgraphs):
-            maps[sub] = _squeeze(left + i * share, share, _graph_steps(plan, sub))
-    return maps
-
-
-def _squeeze(left: float, width: float, steps: int) -> XMap:
-    """Steps ``[0, steps)`` of a subgraph onto ``[left, left + width)``."""
-    return lambda x: left + width * x / steps
-
-
 def _draw_storages(ax: Any, plan: MemoryPlan, maps: dict[str, XMap]) -> None:
+    edge = 0.3 if len(plan.storages) <= 200 else 0.05  # thin edges keep 1,000 boxes apart
     for s in plan.storages.values():
         x0, x1 = maps[s.graph](s.start), maps[s.graph](s.end)
         ax.add_patch(_rectangle(x0, x1, s.offset, s.size, facecolor=KIND_COLOURS[s.kind],
-                                edgecolor="#333333", linewidth=0.3, alpha=0.85))
+                                edgecolor="#333333", linewidth=edge, alpha=0.85))
 
 
 def _draw_regions(ax: Any, plan: MemoryPlan, maps: dict[str, XMap]) -> None:
@@ -81,6 +63,45 @@ def _draw_regions(ax: Any, plan: MemoryPlan, maps: dict[str, XMap]) -> None:
         ax.annotate(r.node, ((x0 + x1) / 2, r.offset + r.size), ha="center", va="bottom",
                     fontsize="small", color=REGION_COLOUR, zorder=5,
                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+
+
+def _fits(text: str, width: float, height: float) -> bool:
+    """Whether ``text`` (lines split on newlines) fits a ``width`` x ``height`` pixel box."""
+    char, line = CHAR_WIDTH * LABEL_POINTS * DPI / 72, 1.3 * LABEL_POINTS * DPI / 72
+    lines = text.split("\n")
+    return max(map(len, lines)) * char <= width and len(lines) * line <= height
+
+
+def _label(s: PlannedStorage, width: float, height: float) -> tuple[str, int] | None:
+    """The label and its rotation that fit a ``width`` x ``height`` pixel box, or None.
+
+    Tried in order: name and size on one line, on two lines, then upright in a tall box.
+    """
+    name = s.values[0] if s.values else f"storage {s.id}"
+    one_line = f"{name} {human_bytes(s.size)}"
+    for text, rotation in ((one_line, 0), (f"{name}\n{human_bytes(s.size)}", 0),
+                           (one_line, 90)):
+        box = (width, height) if rotation == 0 else (height, width)
+        if _fits(text, *box):
+            return text, rotation
+    return None
+
+
+def _draw_labels(ax: Any, plan: MemoryPlan, maps: dict[str, XMap]) -> None:
+    """Label the ``LABELLED`` largest storages whose rectangle holds the text."""
+    to_pixels = ax.transData.transform
+    drawn = 0
+    for s in sorted(plan.storages.values(), key=lambda s: (-s.size, s.id)):
+        x0, x1 = maps[s.graph](s.start), maps[s.graph](s.end)
+        (px0, py0), (px1, py1) = to_pixels((x0, s.offset)), to_pixels((x1, s.offset + s.size))
+        label = _label(s, abs(px1 - px0) - 4, abs(py1 - py0) - 2)
+        if label is not None:
+            ax.text((x0 + x1) / 2, s.offset + s.size / 2, label[0], rotation=label[1],
+                    ha="center", va="center", fontsize=LABEL_POINTS, color="white", zorder=6,
+                    clip_on=True)
+            drawn += 1
+            if drawn == LABELLED:
+                return
 
 
 def _rectangle(x0: float, x1: float, offset: int, size: int, **style: Any) -> Any:
@@ -94,14 +115,14 @@ def _byte_ticks(top: float) -> Any:
     return MultipleLocator(2 ** max(0, math.ceil(math.log2(max(top, 8) / 8))))
 
 
-def _legend(ax: Any, plan: MemoryPlan) -> None:
+def _legend(ax: Any, plan: MemoryPlan, marks: list[Any]) -> None:
     from matplotlib.patches import Patch
     kinds = sorted({s.kind for s in plan.storages.values()})
-    handles = [Patch(facecolor=KIND_COLOURS[k], label=k) for k in kinds]
+    handles = [Patch(facecolor=KIND_COLOURS[k], label=KIND_MEANINGS[k]) for k in kinds]
     if plan.regions:
         handles.append(Patch(facecolor="none", edgecolor=REGION_COLOUR, hatch="///",
-                             label="control-flow region"))
-    ax.legend(handles=[*handles, *ax.get_lines()], loc="upper left", bbox_to_anchor=(1.01, 1),
+                             label="control-flow region (its subgraphs inside)"))
+    ax.legend(handles=[*handles, *marks], loc="upper left", bbox_to_anchor=(1.01, 1),
               fontsize="small")
 
 
@@ -109,32 +130,51 @@ def _title(plan: MemoryPlan, name: str) -> str:
     ratio = (f" ({plan.arena_bytes / plan.lower_bound_bytes:.3f}x)"
              if plan.lower_bound_bytes else "")
     return (f"{name}: arena {human_bytes(plan.arena_bytes)} vs lower bound "
-            f"{human_bytes(plan.lower_bound_bytes)}{ratio}, {plan.algorithm}")
+            f"{human_bytes(plan.lower_bound_bytes)}{ratio}, {plan.algorithm}, "
+            f"{len(plan.storages)} storages")
+
+
+def _marks(ax: Any, plan: MemoryPlan) -> list[Any]:
+    """The lower bound's dashed line and a band over the peak step, for the legend."""
+    top = peak(plan)
+    bound = ax.axhline(plan.lower_bound_bytes, color="black", linestyle="--", linewidth=1,
+               label=f"lower bound {human_bytes(plan.lower_bound_bytes)}")
+    band = ax.axvspan(top.step, top.step + 1, facecolor=f"{PEAK_COLOUR}30", zorder=4,
+                      edgecolor=PEAK_COLOUR, linewidth=1.0,
+                      label=f"peak: step {top.step}, {human_bytes(top.live_bytes)} live")
+    return [bound, band]
 
 
 def plot_timeline(program: Program, path: str | os.PathLike[str], name: str = "model") -> None:
-    """Write a PNG (or any format matplotlib infers from ``path``) of the plan over time.
+    """Write a PNG, an SVG (text kept as text) or any format matplotlib infers from ``path``.
 
     x is the step of the top-level schedule, from just before the first computation (the
     steps before it only bind inputs, parameters and state); y is the byte offset in the
-    arena. Storages are coloured by kind, regions hatched, the lower bound a dashed line.
-    Raises ``TensorPlanError`` when matplotlib is missing.
+    arena. Storages are coloured by kind and the largest ones labelled, regions hatched, the
+    lower bound a dashed line and the peak step a shaded band. Raises ``TensorPlanError``
+    when matplotlib is missing.
     """
+    plot_plan(program.plan, path, name)
+
+
+def plot_plan(plan: MemoryPlan, path: str | os.PathLike[str], name: str = "model") -> None:
+    """``plot_timeline`` of a bare plan (a DSA placement, say: ``html.placement_plan``)."""
     plt = _pyplot()
-    plan = program.plan
-    maps = _x_maps(plan)
-    fig, ax = plt.subplots(figsize=(12, 6), layout="constrained")
-    _draw_storages(ax, plan, maps)
-    _draw_regions(ax, plan, maps)
-    ax.axhline(plan.lower_bound_bytes, color="black", linestyle="--", linewidth=1,
-               label=f"lower bound {human_bytes(plan.lower_bound_bytes)}")
-    ax.set_xlim(_first_step(plan), _graph_steps(plan, ""))
-    ax.set_ylim(0, max(plan.arena_bytes, plan.lower_bound_bytes, 1) * 1.08)
-    ax.set_xlabel("step (top-level schedule)")
-    ax.set_ylabel("arena offset")
-    ax.yaxis.set_major_locator(_byte_ticks(ax.get_ylim()[1]))
-    ax.yaxis.set_major_formatter(lambda value, _: human_bytes(int(value)))
-    ax.set_title(_title(plan, name))
-    _legend(ax, plan)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    maps = x_maps(plan)
+    with plt.rc_context({"svg.fonttype": "none"}):
+        fig, ax = plt.subplots(figsize=(12, 6), layout="constrained", dpi=DPI)
+        _draw_storages(ax, plan, maps)
+        _draw_regions(ax, plan, maps)
+        marks = _marks(ax, plan)
+        ax.set_xlim(first_step(plan), graph_steps(plan, ""))
+        ax.set_ylim(0, max(plan.arena_bytes, plan.lower_bound_bytes, 1) * 1.08)
+        ax.set_xlabel("step (top-level schedule)")
+        ax.set_ylabel("arena offset")
+        ax.yaxis.set_major_locator(_byte_ticks(ax.get_ylim()[1]))
+        ax.yaxis.set_major_formatter(lambda value, _: human_bytes(int(value)))
+        ax.set_title(_title(plan, name))
+        _legend(ax, plan, marks)
+        fig.canvas.draw()  # the final layout, so labels are sized against the real axes
+        _draw_labels(ax, plan, maps)
+        fig.savefig(path, dpi=DPI)
+        plt.close(fig)

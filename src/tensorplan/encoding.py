@@ -1,0 +1,229 @@
+"""The plan as a JSON document, both ways: ``encode_plan`` writes it, ``decode_plan`` reads it.
+
+This is the one serialised form of a plan and its specs: ``tensorplan plan --json`` writes it,
+the program file (``artifact.py``) stores it, ``tensorplan diff`` compares two of them. Keys of
+``storages`` and ``regions`` entries are the field names of ``PlannedStorage`` and
+``PlannedRegion``; a value is described by ``value_to_json``. Reading never trusts the file: a
+missing or mistyped field, an unknown version or an invalid plan raises ``FormatError`` naming
+where in the document it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, get_args
+
+import torch
+from torch.export import ExportedProgram
+
+from .alias import StorageKind
+from .errors import FormatError, PlanError
+from .plan import MemoryPlan, PlannedRegion, PlannedStorage
+from .roles import Roles
+from .spec import SpecTable, TensorSpec
+
+SCHEMA = "tensorplan.plan"  # the "schema" field of every plan document
+SCHEMA_VERSION = 1          # bumped whenever a field changes meaning or disappears
+CHECKED_FIELDS = ("storage", "shape", "dtype", "dim_order", "strides", "nbytes", "const")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The dtype without its ``torch.`` prefix, as documents and reports spell it.
+
+    >>> dtype_name(torch.float32)
+    'float32'
+    """
+    return str(dtype).removeprefix("torch.")
+
+
+def value_to_json(name: str, spec: TensorSpec) -> dict[str, Any]:
+    """One tensor value as plain JSON data (lists, strings and ints only).
+
+    >>> spec = TensorSpec((2, 3), (2, 3), torch.float32, (0, 1), (3, 1), 24, storage=4)
+    >>> value_to_json("relu", spec)["shape"], value_to_json("relu", spec)["dtype"]
+    ([2, 3], 'float32')
+    """
+    return {
+        "name": name,
+        "storage": spec.storage,
+        "shape": list(spec.shape),
+        "sym_shape": [str(s) for s in spec.sym_shape],
+        "dtype": dtype_name(spec.dtype),
+        "dim_order": list(spec.dim_order),
+        "strides": list(spec.strides),
+        "nbytes": spec.nbytes,
+        "const": spec.const,
+    }
+
+
+def _record(item: Any) -> dict[str, Any]:
+    """A frozen dataclass as a dict, tuples as lists."""
+    return {key: list(value) if isinstance(value, tuple) else value
+            for key, value in dataclasses.asdict(item).items()}
+
+
+def _graph_info(exported_program: ExportedProgram, roles: Roles, name: str) -> dict[str, Any]:
+    signature = exported_program.graph_signature
+    return {
+        "name": name,
+        "inputs": list(roles.user_inputs),
+        "outputs": [str(out) for out in signature.user_outputs],
+        "nodes": len(exported_program.graph.nodes),
+        "torch": torch.__version__,
+    }
+
+
+def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTable,
+                plan: MemoryPlan, name: str = "model") -> dict[str, Any]:
+    """The plan and every tensor value's spec as a JSON-ready dict.
+
+    Holds ``schema``/``version``, ``model`` (name, user inputs and outputs, node count), the
+    plan's numbers (``arena_bytes``, ``lower_bound_bytes``, ``alignment``, ``algorithm``,
+    ``optimal``), ``storages`` and ``regions`` (their dataclass fields), and ``values``: one
+    entry per tensor value (see ``value_to_json``), items of multi-output values as
+    ``name[i]``. ``decode_plan`` reads the plan back.
+    """
+    return {
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "model": _graph_info(exported_program, roles, name),
+        "arena_bytes": plan.arena_bytes,
+        "lower_bound_bytes": plan.lower_bound_bytes,
+        "alignment": plan.alignment,
+        "algorithm": plan.algorithm,
+        "optimal": plan.optimal,
+        "storages": [_record(plan.storages[sid]) for sid in sorted(plan.storages)],
+        "regions": [_record(region) for region in plan.regions],
+        "values": [value_to_json(value, spec) for value, spec in specs.tensors()],
+    }
+
+
+def parse_json(data: bytes | str, where: str) -> Any:
+    """``data`` parsed as JSON; invalid JSON raises ``FormatError`` naming ``where``."""
+    try:
+        return json.loads(data)
+    except ValueError as error:
+        raise FormatError(f"{where}: not valid JSON ({error})") from error
+
+
+def _is(value: Any, kind: type) -> bool:
+    """isinstance, except that a bool is not an int."""
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+class Fields:
+    """Typed reads of one JSON object; a missing or mistyped field raises ``FormatError``.
+
+    >>> Fields({"size": 8}, "plan.json").get("size", int)
+    8
+    >>> Fields({"size": True}, "plan.json").get("size", int)
+    Traceback (most recent call last):
+    tensorplan.errors.FormatError: plan.json: field 'size' should be int, got True
+    """
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, dict):
+            raise FormatError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        self.data = data    # the parsed object
+        self.where = where  # the file and path inside it, for messages
+
+    def get(self, key: str, kind: type) -> Any:
+        """The field ``key``, which must exist and be a ``kind``."""
+        if key not in self.data:
+            raise FormatError(f"{self.where}: missing field {key!r}")
+        value = self.data[key]
+        if not _is(value, kind):
+            raise FormatError(f"{self.where}: field {key!r} should be {kind.__name__}, "
+                              f"got {value!r}")
+        return value
+
+    def items(self, key: str, kind: type) -> tuple[Any, ...]:
+        """The list field ``key``, every item a ``kind``."""
+        values = self.get(key, list)
+        if not all(_is(v, kind) for v in values):
+            raise FormatError(f"{self.where}: field {key!r} should hold only {kind.__name__}")
+        return tuple(values)
+
+    def objects(self, key: str) -> list[Fields]:
+        """The list field ``key``, every item an object read as ``Fields``."""
+        return [Fields(item, f"{self.where}: {key}[{i}]")
+                for i, item in enumerate(self.get(key, list))]
+
+
+def check_kind(fields: Fields, key: str, name: str, version: int) -> None:
+    """The document's ``key`` is ``name`` and its ``version`` is one this code reads."""
+    if fields.get(key, str) != name:
+        raise FormatError(f"{fields.where}: {key} is {fields.data[key]!r}, expected {name!r}")
+    found = fields.get("version", int)
+    if found > version:
+        raise FormatError(f"{fields.where}: version {found} was written by a newer tensorplan; "
+                          f"this one reads version {version}: upgrade tensorplan")
+    if found != version:
+        raise FormatError(f"{fields.where}: version {found} is no longer supported (this "
+                          f"tensorplan reads version {version}); re-save the program")
+
+
+def _storage(f: Fields) -> PlannedStorage:
+    kind = f.get("kind", str)
+    if kind not in get_args(StorageKind):
+        raise FormatError(f"{f.where}: unknown storage kind {kind!r}")
+    return PlannedStorage(id=f.get("id", int), offset=f.get("offset", int),
+                          size=f.get("size", int), start=f.get("start", int),
+                          end=f.get("end", int), kind=kind, graph=f.get("graph", str),
+                          values=f.items("values", str))
+
+
+def _region(f: Fields) -> PlannedRegion:
+    return PlannedRegion(node=f.get("node", str), graph=f.get("graph", str),
+                         offset=f.get("offset", int), size=f.get("size", int),
+                         step=f.get("step", int), subgraphs=f.items("subgraphs", str))
+
+
+def decode_plan(document: Fields) -> MemoryPlan:
+    """The plan a document written by ``encode_plan`` holds, field by field, verified.
+
+    Raises ``FormatError`` for another schema or version, a missing or mistyped field, a
+    storage id given twice, or a plan that fails its own ``verify()``.
+    """
+    check_kind(document, "schema", SCHEMA, SCHEMA_VERSION)
+    storages = [_storage(s) for s in document.objects("storages")]
+    by_id = {s.id: s for s in storages}
+    if len(by_id) != len(storages):
+        raise FormatError(f"{document.where}: storages: the same storage id appears twice")
+    alignment = document.get("alignment", int)
+    if alignment < 1:
+        raise FormatError(f"{document.where}: alignment {alignment} is not a positive number "
+                          "of bytes")
+    plan = MemoryPlan(arena_bytes=document.get("arena_bytes", int),
+                      lower_bound_bytes=document.get("lower_bound_bytes", int),
+                      algorithm=document.get("algorithm", str), alignment=alignment,
+                      optimal=document.get("optimal", bool), storages=by_id,
+                      regions=tuple(_region(r) for r in document.objects("regions")))
+    verify_decoded(plan, f"{document.where}: the saved plan is invalid")
+    return plan
+
+
+def verify_decoded(plan: MemoryPlan, problem: str) -> None:
+    """``plan.verify()``, its ``PlanError`` turned into a ``FormatError`` led by ``problem``."""
+    try:
+        plan.verify()
+    except PlanError as error:
+        raise FormatError(f"{problem}: {error}") from error
+
+
+def check_values(document: Fields, specs: SpecTable) -> None:
+    """Every value the document lists exists in ``specs`` with the same spec (storage included).
+
+    Raises ``FormatError`` naming the first value that is missing or differs, and the field.
+    """
+    derived = {name: value_to_json(name, spec) for name, spec in specs.tensors()}
+    for entry in document.objects("values"):
+        name = entry.get("name", str)
+        if name not in derived:
+            raise FormatError(f"{entry.where}: value {name!r} is not in the embedded program")
+        for key in CHECKED_FIELDS:
+            if entry.data.get(key) != derived[name][key]:
+                raise FormatError(f"{entry.where}: value {name!r} has {key} "
+                                  f"{entry.data.get(key)!r} in the file but "
+                                  f"{derived[name][key]!r} in the embedded program")

@@ -1,0 +1,490 @@
+// The interactive memory report: reads the plan from the page's JSON and draws it.
+// No network, no libraries: one canvas for the storages, one on top for hover and selection.
+(function () {
+  "use strict";
+
+  const data = JSON.parse(document.getElementById("plan-data").textContent);
+  const storages = data.storages;
+  const byId = new Map(storages.map((s) => [s.id, s]));
+  const TABLE_ROWS = 500;   // rows of the storage table drawn at once
+  const TIP_VALUES = 12;    // values a tooltip lists before "+N more"
+  const MARGIN = { left: 80, right: 14, top: 14, bottom: 38 };
+  const timings = {};
+  const state = { hover: null, selected: null, sort: { key: "size", descending: true },
+                  filter: "", drag: null };
+
+  function $(id) { return document.getElementById(id); }
+
+  function el(tag, attrs, children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (key === "text") node.textContent = value;
+      else if (key === "class") node.className = value;
+      else node.setAttribute(key, value);
+    }
+    for (const child of children || []) node.append(child);
+    return node;
+  }
+
+  function humanBytes(n) {
+    if (Math.abs(n) < 1024) return n + " B";
+    const units = ["KiB", "MiB", "GiB", "TiB"];
+    let value = n;
+    let unit = units[0];
+    for (unit of units) {
+      value /= 1024;
+      if (Math.abs(value) < 1024) break;
+    }
+    return value.toFixed(1) + " " + unit;
+  }
+
+  function exactBytes(n) { return n.toLocaleString("en-US") + " B"; }
+
+  function valueLines(s, limit) {
+    const shown = s.values.slice(0, limit).map((name) => {
+      const v = data.values[name];
+      if (!v) return el("div", { class: "value" }, [el("b", { text: name })]);
+      return el("div", { class: "value" }, [
+        el("b", { text: name }),
+        " " + v.op + " · " + v.dtype + v.shape + " · dim_order (" + v.dim_order.join(", ") +
+          ") · " + exactBytes(v.nbytes),
+      ]);
+    });
+    if (s.values.length > limit) {
+      shown.push(el("div", { class: "more", text: "+" + (s.values.length - limit) + " more" }));
+    }
+    return shown;
+  }
+
+  function lifetime(s) {
+    return "[" + s.start + ", " + s.end + ")" + (s.graph ? " of " + s.graph : "");
+  }
+
+  // ---- summary, legend, peak ------------------------------------------------------------
+  function drawSummary() {
+    $("summary").replaceChildren(...data.summary.map(([label, text]) =>
+      el("div", { class: "number" }, [el("span", { text: label }), el("b", { text: text })])));
+  }
+
+  function drawLegend() {
+    const items = Object.entries(data.kinds).map(([, kind]) =>
+      el("span", { class: "key" }, [el("i", { style: "background:" + kind.colour }),
+                                    kind.meaning]));
+    if (data.regions.length) {
+      items.push(el("span", { class: "key" }, [el("i", { class: "region" }),
+                                               "control-flow region (its subgraphs inside)"]));
+    }
+    items.push(el("span", { class: "key" }, [el("i", { class: "bound" }),
+                                             "lower bound " + humanBytes(data.lower_bound)]));
+    items.push(el("span", { class: "key" }, [el("i", { class: "peak" }),
+                                             "peak step " + data.peak.step]));
+    $("legend").replaceChildren(...items);
+  }
+
+  function storageRows(ids, limit) {
+    const rows = ids.slice(0, limit).map((id) => {
+      const s = byId.get(id);
+      const row = el("tr", { "data-id": id }, [
+        el("td", { text: String(id) }), el("td", { text: exactBytes(s.size) }),
+        el("td", { class: "names", text: s.values.join(", ") }),
+      ]);
+      row.addEventListener("click", () => select(id));
+      return row;
+    });
+    return rows;
+  }
+
+  function drawPeak() {
+    const peak = data.peak;
+    const head = el("p", {}, [
+      "Step " + peak.step + ": " + exactBytes(peak.bytes) + " live (" + humanBytes(peak.bytes) +
+        "), the lower bound " + exactBytes(data.lower_bound) +
+        (peak.regions.length ? "; regions " + peak.regions.join(", ") : "") + ".",
+    ]);
+    const table = el("table", { class: "small" }, [
+      el("thead", {}, [el("tr", {}, [el("th", { text: "storage" }), el("th", { text: "size" }),
+                                    el("th", { text: "values" })])]),
+      el("tbody", {}, storageRows(peak.storages, 100)),
+    ]);
+    const more = peak.storages.length > 100
+      ? [el("p", { class: "more", text: "+" + (peak.storages.length - 100) + " more" })] : [];
+    $("peak").replaceChildren(el("h2", { text: "Live at the peak, largest first" }), head, table,
+                              ...more);
+  }
+
+  function drawSelected() {
+    const s = state.selected === null ? null : byId.get(state.selected);
+    if (!s) {
+      $("selected").replaceChildren(el("h2", { text: "Selected storage" }),
+                                    el("p", { class: "more", text: "Click a rectangle or a row." }));
+      return;
+    }
+    $("selected").replaceChildren(
+      el("h2", { text: "Storage " + s.id + " (" + s.kind + "): " +
+                 (s.values.length === 1 ? "1 value uses it"
+                                        : s.values.length + " values share it") }),
+      el("p", { text: "offset " + exactBytes(s.offset) + ", size " + exactBytes(s.size) +
+                      ", steps " + lifetime(s) }),
+      ...valueLines(s, s.values.length));
+  }
+
+  // ---- the chart --------------------------------------------------------------------------
+  const base = $("base");
+  const over = $("over");
+  const tip = $("tip");
+  const fullView = { x0: data.x[0], x1: data.x[1], y0: 0,
+                     y1: Math.max(data.arena, data.lower_bound, 1) * 1.08 };
+  let view = Object.assign({}, fullView);
+  let box = { width: 0, height: 0 };
+
+  function plotWidth() { return box.width - MARGIN.left - MARGIN.right; }
+  function plotHeight() { return box.height - MARGIN.top - MARGIN.bottom; }
+  function sx(x) { return MARGIN.left + (x - view.x0) / (view.x1 - view.x0) * plotWidth(); }
+  function sy(y) { return MARGIN.top + (1 - (y - view.y0) / (view.y1 - view.y0)) * plotHeight(); }
+  function dataX(px) { return view.x0 + (px - MARGIN.left) / plotWidth() * (view.x1 - view.x0); }
+  function dataY(py) {
+    return view.y0 + (1 - (py - MARGIN.top) / plotHeight()) * (view.y1 - view.y0);
+  }
+
+  function resize() {
+    const ratio = window.devicePixelRatio || 1;
+    box = { width: base.clientWidth, height: base.clientHeight };
+    for (const canvas of [base, over]) {
+      canvas.width = Math.round(box.width * ratio);
+      canvas.height = Math.round(box.height * ratio);
+      canvas.getContext("2d").setTransform(ratio, 0, 0, ratio, 0, 0);
+    }
+    drawChart();
+    drawOverlay();
+  }
+
+  function niceStep(span, count, powers) {
+    const raw = span / count;
+    if (powers) return Math.pow(2, Math.max(0, Math.ceil(Math.log2(raw))));
+    const magnitude = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const f of [1, 2, 5, 10]) if (f * magnitude >= raw) return Math.max(1, f * magnitude);
+    return 10 * magnitude;
+  }
+
+  function drawAxes(ctx) {
+    ctx.strokeStyle = "#333";
+    ctx.fillStyle = "#333";
+    ctx.lineWidth = 1;
+    ctx.font = "12px sans-serif";
+    ctx.strokeRect(MARGIN.left, MARGIN.top, plotWidth(), plotHeight());
+    const xStep = niceStep(view.x1 - view.x0, 10, false);
+    ctx.textAlign = "center";
+    ctx.textBaseline = "top";
+    for (let x = Math.ceil(view.x0 / xStep) * xStep; x <= view.x1; x += xStep) {
+      ctx.fillText(String(x), sx(x), box.height - MARGIN.bottom + 4);
+    }
+    ctx.fillText("step (top-level schedule)", MARGIN.left + plotWidth() / 2, box.height - 16);
+    const yStep = niceStep(view.y1 - view.y0, 8, true);
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (let y = Math.ceil(view.y0 / yStep) * yStep; y <= view.y1; y += yStep) {
+      ctx.fillText(humanBytes(y), MARGIN.left - 6, sy(y));
+    }
+  }
+
+  // Clear the canvas and clip drawing to the plot area (until ctx.restore()).
+  function startPlot(ctx) {
+    ctx.clearRect(0, 0, box.width, box.height);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(MARGIN.left, MARGIN.top, plotWidth(), plotHeight());
+    ctx.clip();
+  }
+
+  function drawChart() {
+    const started = performance.now();
+    const ctx = base.getContext("2d");
+    startPlot(ctx);
+    for (const [name, kind] of Object.entries(data.kinds)) {
+      ctx.fillStyle = kind.colour;
+      ctx.beginPath();
+      for (const s of storages) {
+        if (s.kind !== name) continue;
+        const left = sx(s.x0);
+        const top = sy(s.offset + s.size);
+        ctx.rect(left, top, Math.max(sx(s.x1) - left, 0.5), Math.max(sy(s.offset) - top, 0.5));
+      }
+      ctx.fill();
+    }
+    ctx.strokeStyle = "rgba(20, 20, 20, 0.55)";
+    ctx.lineWidth = 0.5;
+    ctx.beginPath();
+    for (const s of storages) {
+      const left = sx(s.x0);
+      const top = sy(s.offset + s.size);
+      const width = sx(s.x1) - left;
+      const height = sy(s.offset) - top;
+      if (width > 4 && height > 4) ctx.rect(left, top, width, height);
+    }
+    ctx.stroke();
+    const peakLeft = sx(data.peak.step);
+    const peakWidth = Math.max(sx(data.peak.step + 1) - peakLeft, 1);
+    ctx.fillStyle = data.peak_colour + "40";
+    ctx.fillRect(peakLeft, MARGIN.top, peakWidth, plotHeight());
+    ctx.strokeStyle = data.peak_colour;
+    ctx.lineWidth = 1;
+    ctx.strokeRect(peakLeft, MARGIN.top, peakWidth, plotHeight());
+    ctx.strokeStyle = data.region_colour;
+    ctx.setLineDash([4, 3]);
+    ctx.lineWidth = 1.5;
+    for (const r of data.regions) {
+      ctx.strokeRect(sx(r.x0), sy(r.offset + r.size), sx(r.x1) - sx(r.x0),
+                     sy(r.offset) - sy(r.offset + r.size));
+    }
+    ctx.strokeStyle = "#000";
+    ctx.setLineDash([6, 4]);
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    ctx.moveTo(MARGIN.left, sy(data.lower_bound));
+    ctx.lineTo(MARGIN.left + plotWidth(), sy(data.lower_bound));
+    ctx.stroke();
+    ctx.restore();
+    drawAxes(ctx);
+    timings.draw = performance.now() - started;
+  }
+
+  function outline(ctx, s, colour, width) {
+    ctx.strokeStyle = colour;
+    ctx.lineWidth = width;
+    const left = sx(s.x0);
+    const top = sy(s.offset + s.size);
+    ctx.strokeRect(left, top, Math.max(sx(s.x1) - left, 1), Math.max(sy(s.offset) - top, 1));
+  }
+
+  function drawOverlay() {
+    const ctx = over.getContext("2d");
+    startPlot(ctx);
+    if (state.selected !== null) {
+      const s = byId.get(state.selected);
+      ctx.fillStyle = "rgba(255, 255, 255, 0.45)";
+      ctx.fillRect(0, 0, box.width, box.height);
+      ctx.fillStyle = data.kinds[s.kind].colour;
+      const left = sx(s.x0);
+      const top = sy(s.offset + s.size);
+      ctx.fillRect(left, top, Math.max(sx(s.x1) - left, 1), Math.max(sy(s.offset) - top, 1));
+      outline(ctx, s, "#000", 3);
+    }
+    if (state.hover !== null) outline(ctx, byId.get(state.hover), "#ff8c00", 2);
+    ctx.restore();
+  }
+
+  function storageAt(px, py) {
+    const x = dataX(px);
+    const y = dataY(py);
+    for (let i = storages.length - 1; i >= 0; --i) {
+      const s = storages[i];
+      if (s.x0 <= x && x < s.x1 && s.offset <= y && y < s.offset + s.size) return s;
+    }
+    return null;
+  }
+
+  function regionAt(px, py) {
+    const x = dataX(px);
+    const y = dataY(py);
+    return data.regions.find((r) => r.x0 <= x && x < r.x1 && r.offset <= y &&
+                                    y < r.offset + r.size) || null;
+  }
+
+  function showTip(event, children) {
+    tip.replaceChildren(...children);
+    tip.hidden = false;
+    const bounds = over.getBoundingClientRect();
+    const x = event.clientX - bounds.left + 14;
+    const y = event.clientY - bounds.top + 14;
+    tip.style.left = Math.min(x, box.width - tip.offsetWidth - 4) + "px";
+    tip.style.top = (y + tip.offsetHeight > box.height ? y - tip.offsetHeight - 20 : y) + "px";
+  }
+
+  function hover(event) {
+    const bounds = over.getBoundingClientRect();
+    const px = event.clientX - bounds.left;
+    const py = event.clientY - bounds.top;
+    if (state.drag) {
+      const dx = (px - state.drag.px) / plotWidth() * (view.x1 - view.x0);
+      const dy = (py - state.drag.py) / plotHeight() * (view.y1 - view.y0);
+      view = { x0: state.drag.view.x0 - dx, x1: state.drag.view.x1 - dx,
+               y0: state.drag.view.y0 + dy, y1: state.drag.view.y1 + dy };
+      state.drag.moved = true;
+      schedule();
+      return;
+    }
+    const s = storageAt(px, py);
+    state.hover = s ? s.id : null;
+    if (s) {
+      showTip(event, [
+        el("div", { class: "tip-head", text: "storage " + s.id + " · " + s.kind }),
+        el("div", { text: "offset " + exactBytes(s.offset) + " · size " + exactBytes(s.size) +
+                          " (" + humanBytes(s.size) + ")" }),
+        el("div", { text: "lifetime: steps " + lifetime(s) }),
+        ...valueLines(s, TIP_VALUES),
+      ]);
+    } else {
+      const r = regionAt(px, py);
+      if (r) {
+        showTip(event, [el("div", { class: "tip-head", text: "region of " + r.node }),
+                        el("div", { text: "offset " + exactBytes(r.offset) + " · size " +
+                                          exactBytes(r.size) + " · step " + r.step }),
+                        el("div", { text: "subgraphs: " + r.subgraphs.join(", ") })]);
+      } else {
+        tip.hidden = true;
+      }
+    }
+    drawOverlay();
+  }
+
+  let pending = false;
+  function schedule() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; drawChart(); drawOverlay(); });
+  }
+
+  function zoom(event) {
+    event.preventDefault();
+    const bounds = over.getBoundingClientRect();
+    const factor = event.deltaY < 0 ? 0.8 : 1.25;
+    if (event.shiftKey) {
+      const y = dataY(event.clientY - bounds.top);
+      view.y0 = Math.max(0, y - (y - view.y0) * factor);
+      view.y1 = y + (view.y1 - y) * factor;
+    } else {
+      const x = dataX(event.clientX - bounds.left);
+      view.x0 = x - (x - view.x0) * factor;
+      view.x1 = x + (view.x1 - x) * factor;
+    }
+    schedule();
+  }
+
+  function select(id) {
+    state.selected = id;
+    drawOverlay();
+    drawSelected();
+    for (const row of document.querySelectorAll("tr.chosen")) row.classList.remove("chosen");
+    if (id === null) return;
+    for (const row of document.querySelectorAll('tr[data-id="' + id + '"]')) {
+      row.classList.add("chosen");
+    }
+    const listed = $("storage-rows").querySelector('tr[data-id="' + id + '"]');
+    const wrap = $("table-wrap");
+    if (listed) wrap.scrollTop = Math.max(0, listed.offsetTop - wrap.clientHeight / 2);
+  }
+
+  // ---- the storage table ------------------------------------------------------------------
+  const COLUMNS = [
+    { key: "id", label: "id", value: (s) => s.id },
+    { key: "values", label: "values", value: (s) => s.values.join(", ") },
+    { key: "kind", label: "kind", value: (s) => s.kind },
+    { key: "offset", label: "offset", value: (s) => s.offset },
+    { key: "size", label: "size", value: (s) => s.size },
+    { key: "start", label: "start", value: (s) => s.start },
+    { key: "end", label: "end", value: (s) => s.end },
+    { key: "lifetime", label: "lifetime (steps)", value: (s) => s.end - s.start },
+    { key: "graph", label: "graph", value: (s) => s.graph || "(top level)" },
+  ];
+
+  function drawTableHead() {
+    const cells = COLUMNS.map((column) => {
+      const sorted = state.sort.key === column.key;
+      const th = el("th", {
+        "data-key": column.key,
+        "aria-sort": sorted ? (state.sort.descending ? "descending" : "ascending") : "none",
+        text: column.label + (sorted ? (state.sort.descending ? " ▼" : " ▲") : ""),
+      });
+      th.addEventListener("click", () => {
+        state.sort = { key: column.key,
+                       descending: sorted ? !state.sort.descending : column.key !== "id" };
+        drawTableHead();
+        drawTableBody();
+      });
+      return th;
+    });
+    $("storage-head").replaceChildren(el("tr", {}, cells));
+  }
+
+  function drawTableBody() {
+    const started = performance.now();
+    const column = COLUMNS.find((c) => c.key === state.sort.key);
+    const needle = state.filter.toLowerCase();
+    const matching = needle
+      ? storages.filter((s) => s.values.some((name) => name.toLowerCase().includes(needle)))
+      : storages.slice();
+    const sign = state.sort.descending ? -1 : 1;
+    matching.sort((a, b) => {
+      const va = column.value(a);
+      const vb = column.value(b);
+      return (va < vb ? -1 : va > vb ? 1 : a.id - b.id) * sign;
+    });
+    const rows = matching.slice(0, TABLE_ROWS).map((s) => {
+      const row = el("tr", { "data-id": s.id, class: s.id === state.selected ? "chosen" : "" },
+        COLUMNS.map((c) => {
+          const value = c.value(s);
+          const bytes = c.key === "offset" || c.key === "size";
+          return el("td", { class: c.key === "values" ? "names" : "",
+                            text: bytes ? exactBytes(value) : String(value) });
+        }));
+      row.addEventListener("click", () => select(s.id));
+      return row;
+    });
+    $("storage-rows").replaceChildren(...rows);
+    $("table-note").textContent = "showing " + rows.length.toLocaleString("en-US") + " of " +
+      matching.length.toLocaleString("en-US") + " matching storages (" +
+      storages.length.toLocaleString("en-US") + " in all)" +
+      (matching.length > TABLE_ROWS ? "; filter or sort to see the others" : "");
+    timings.table = performance.now() - started;
+  }
+
+  // ---- wiring -----------------------------------------------------------------------------
+  over.addEventListener("mousemove", hover);
+  over.addEventListener("mouseleave", () => {
+    state.hover = null;
+    state.drag = null;
+    tip.hidden = true;
+    drawOverlay();
+  });
+  over.addEventListener("mousedown", (event) => {
+    const bounds = over.getBoundingClientRect();
+    state.drag = { px: event.clientX - bounds.left, py: event.clientY - bounds.top,
+                   view: Object.assign({}, view), moved: false };
+  });
+  over.addEventListener("mouseup", (event) => {
+    const moved = state.drag && state.drag.moved;
+    state.drag = null;
+    if (moved) return;
+    const bounds = over.getBoundingClientRect();
+    const s = storageAt(event.clientX - bounds.left, event.clientY - bounds.top);
+    select(s ? s.id : null);
+  });
+  over.addEventListener("wheel", zoom, { passive: false });
+  over.addEventListener("dblclick", () => { view = Object.assign({}, fullView); schedule(); });
+  $("filter").addEventListener("input", (event) => {
+    state.filter = event.target.value;
+    drawTableBody();
+  });
+  new ResizeObserver(resize).observe(base);
+
+  const started = performance.now();
+  drawSummary();
+  drawLegend();
+  drawPeak();
+  drawSelected();
+  drawTableHead();
+  drawTableBody();
+  resize();
+  timings.page = performance.now() - started;
+
+  // For scripts and tests: where a storage is drawn (CSS pixels from the canvas's top left).
+  window.tensorplanReport = {
+    data: data,
+    timings: timings,
+    select: select,
+    pointOf: function (id) {
+      const s = byId.get(id);
+      return [(sx(s.x0) + sx(s.x1)) / 2, (sy(s.offset) + sy(s.offset + s.size)) / 2];
+    },
+  };
+})();

@@ -1,0 +1,183 @@
+"""The report commands through the real entry point (``python -m tensorplan`` in a subprocess):
+``--help``, ``--version``, ``plan --html/--timeline/--header``, ``dsa --html`` and ``diff``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import pytest
+import torch
+
+import tensorplan as tp
+from tensorplan.cli import COMMANDS
+
+MODELS = textwrap.dedent("""
+    import torch
+    from tensorplan import zoo
+
+    class MLP(torch.nn.Module):
+        def __init__(self, hidden, extra):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(64, hidden)
+            self.fc2 = torch.nn.Linear(hidden, 10)
+            self.extra = extra
+
+        def forward(self, x):
+            h = torch.nn.functional.gelu(self.fc1(x))
+            if self.extra:
+                h = h.sin()
+            return self.fc2(h)
+
+    def small():
+        torch.manual_seed(0)
+        return zoo.Example(MLP(256, False).eval(), (torch.randn(8, 64),))
+
+    def wide():
+        torch.manual_seed(0)
+        return zoo.Example(MLP(512, True).eval(), (torch.randn(8, 64),))
+""")
+
+
+def tensorplan(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tensorplan", *args], cwd=cwd,
+                          capture_output=True, text=True, check=False)
+
+
+def test_help_says_what_the_tool_does_with_an_example_per_command():
+    done = tensorplan("--help")
+    assert done.returncode == 0
+    assert done.stdout.startswith("usage: tensorplan [-h] [--version] COMMAND ...")
+    assert "Take a PyTorch model to a fixed, verified memory plan" in done.stdout
+    assert "one function pair" not in done.stdout
+    names = [add.__name__.removeprefix("add_").removesuffix("_command") for add in COMMANDS]
+    assert names == ["plan", "run", "dsa", "bench", "diff"]
+    examples = done.stdout.split("examples:\n")[1]
+    for name in names:
+        assert re.search(rf"^  tensorplan {name} \S", examples, re.MULTILINE), name
+    assert "zoo:NAME" in done.stdout and "package.module:factory" in done.stdout
+    assert "tiny_gpt" in examples.split("built-in models:")[1]
+
+
+def test_version():
+    done = tensorplan("--version")
+    assert done.returncode == 0
+    assert done.stdout == (f"tensorplan {importlib.metadata.version('tensorplan')} "
+                           f"(torch {torch.__version__})\n")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A directory with ``models.py``, the plans of ``small`` and ``wide`` as JSON and saved."""
+    where = tmp_path_factory.mktemp("models")
+    (where / "models.py").write_text(MODELS)
+    for name in ("small", "wide"):
+        done = tensorplan("plan", f"models:{name}", "--json", f"{name}.json", "--save",
+                          f"{name}.tplan", "--html", f"{name}.html", "--timeline",
+                          f"{name}.svg", "--header", f"{name}.h", cwd=where)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-5:] == [
+            f"wrote plan JSON to {name}.json", f"wrote C header to {name}.h",
+            f"wrote timeline to {name}.svg", f"wrote page to {name}.html",
+            f"wrote program to {name}.tplan"]
+    return where
+
+
+def test_plan_writes_the_page_the_picture_and_the_header_of_a_factory(models):
+    page = (models / "small.html").read_text()
+    data = json.loads(re.search(r'id="plan-data">(.*?)</script>', page, re.S).group(1))
+    plan = tp.load(models / "small.tplan").plan
+    assert [s["id"] for s in data["storages"]] == sorted(plan.storages)
+    assert data["arena"] == plan.arena_bytes == 16384
+    assert data["values"]["gelu"] == {"op": "aten.gelu.default", "dtype": "float32",
+                                      "shape": "[8, 256]", "dim_order": [0, 1], "nbytes": 8192}
+    svg = (models / "small.svg").read_text()
+    assert svg.startswith("<?xml") and ">gelu 8.0 KiB<" in svg
+    assert f">peak: step {data['peak']['step']}, 16.0 KiB live<" in svg
+    assert ">activation (computed during a run)<" in svg
+    header = (models / "small.h").read_text()
+    assert '{"gelu", ' in header and "#define SMALL_NUM_VALUES 4u" in header
+
+
+def test_diff_names_what_grew_and_what_appeared(models):
+    done = tensorplan("diff", "small.json", "wide.tplan", cwd=models)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.splitlines()[0] == "small.json -> wide.tplan"
+    arena = re.search(r"│ arena +│ +(.+?) │ +(.+?) │ +(.+?) │", out).groups()
+    old, new = tp.load(models / "small.tplan").plan, tp.load(models / "wide.tplan").plan
+    assert arena == ("16,384 B (16.0 KiB)", f"{new.arena_bytes:,} B (32.0 KiB)",
+                     "+16,384 B (16.0 KiB) (+100.0 %)")
+    grew = out.split("storages grew")[1].split("storage appeared")[0]
+    assert re.search(r"│ addmm +│ +8,192 B \(8.0 KiB\) │ +16,384 B \(16.0 KiB\) │ "
+                     r"+\+8,192 B \(8.0 KiB\) │", grew)
+    assert re.search(r"│ gelu +│", grew)
+    appeared = out.split("storage appeared")[1]
+    assert re.search(r"│ sin +│ +- │ +16,384 B \(16.0 KiB\) │ +\+16,384 B \(16.0 KiB\) │",
+                     appeared)
+    assert "vanished" not in out and "shrank" not in out
+    assert len(old.storages) == 4 and len(new.storages) == 5
+
+
+def test_diff_of_a_plan_with_itself_says_nothing_changed(models):
+    done = tensorplan("diff", "small.tplan", "small.json", cwd=models)
+    assert done.returncode == 0
+    assert done.stdout.rstrip().endswith("No storage changed size.")
+
+
+@pytest.fixture(scope="module")
+def broken(models):
+    """``models`` with files ``diff`` must refuse beside the good ones."""
+    torch.export.save(torch.export.export(torch.nn.ReLU(), (torch.randn(2),)),
+                      models / "plain.pt2")
+    (models / "noise.bin").write_bytes(bytes(range(256)))
+    (models / "list.json").write_text("[1, 2]")
+    doc = json.loads((models / "small.json").read_text())
+    (models / "schema.json").write_text(json.dumps({**doc, "schema": "other"}))
+    doc["storages"][0]["size"] = "big"
+    (models / "mistyped.json").write_text(json.dumps(doc))
+    doc = json.loads((models / "small.json").read_text())
+    doc["storages"][1]["offset"] = doc["storages"][2]["offset"]
+    (models / "overlap.json").write_text(json.dumps(doc))
+    with zipfile.ZipFile(models / "cut.tplan", "w") as archive:
+        archive.writestr("tensorplan.json", '{"format": "tensorplan.program", "version": 1}')
+    return models
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("missing.json", r"missing.json: no such file"),
+    ("plain.pt2", r"plain.pt2: a torch.export program holds no plan yet; plan it with "
+                  r"`tensorplan plan plain.pt2 --save F.tplan` and compare that"),
+    ("noise.bin", r"noise.bin: not valid JSON \(.*\)"),
+    ("list.json", r"list.json: expected a JSON object, got list"),
+    ("schema.json", r"schema.json: schema is 'other', expected 'tensorplan.plan'"),
+    ("mistyped.json", r"mistyped.json: storages\[0\]: field 'size' should be int, got 'big'"),
+    ("overlap.json", r"overlap.json: the saved plan is invalid: plan: invalid memory plan "
+                     r"\(\d+ problems?\): the top-level graph: storage .* overlaps .*"),
+    ("cut.tplan", r"cut.tplan: the archive has no plan.json"),
+])
+def test_diff_of_a_malformed_file_exits_2_with_one_line(broken, name, message):
+    done = tensorplan("diff", "small.json", name, cwd=broken)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert re.fullmatch(rf"tensorplan diff: error: {message}\n", done.stderr), done.stderr
+
+
+def test_dsa_html_writes_the_page_of_the_placement(tmp_path):
+    (tmp_path / "stairs.csv").write_text("id,lower,upper,size\n10,0,2,4\n11,1,3,4\n12,2,4,8\n")
+    done = tensorplan("dsa", "stairs.csv", "--algorithm", "greedy", "--html", "p.html",
+                      cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "wrote page to p.html"
+    page = (tmp_path / "p.html").read_text()
+    data = json.loads(re.search(r'id="plan-data">(.*?)</script>', page, re.S).group(1))
+    assert [(s["values"], s["offset"], s["size"], s["start"], s["end"])
+            for s in data["storages"]] == [(["10"], 0, 4, 0, 2), (["11"], 8, 4, 1, 3),
+                                           (["12"], 0, 8, 2, 4)]
+    assert (data["arena"], data["lower_bound"], data["peak"]["step"]) == (12, 12, 2)
+    assert "<title>stairs.csv: placement</title>" in page

@@ -1,0 +1,229 @@
+"""The HTML report in a real browser: Debian's headless Chromium, driven by selenium.
+
+Each page is opened from ``file://``; the tests hover a rectangle and read its tooltip, click
+it, sort and filter the table, time the page on a 10,000-buffer plan, and check a screenshot of
+the chart is a drawing, not a blank canvas.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from PIL import Image
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from shared_models import Branches
+
+import tensorplan as tp
+from tensorplan import zoo
+from tensorplan.report import write_html
+from tensorplan.report.geometry import KIND_COLOURS, peak
+from tensorplan.report.html import value_ops
+from tensorplan.report.text import shape_text
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt() -> tp.Program:
+    e = zoo.example("tiny_gpt")
+    return tp.compile(e.model, e.args, dynamic_shapes=e.dynamic_shapes)
+
+
+def _open(browser, path) -> dict:
+    """Load the page; fail on any console error; the page's data."""
+    browser.get(path.as_uri())
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == []
+    return browser.execute_script("return window.tensorplanReport.data")
+
+
+def _hover(browser, storage: int) -> str:
+    """Move the mouse to the middle of a storage's rectangle; the tooltip's text."""
+    x, y = browser.execute_script("return window.tensorplanReport.pointOf(arguments[0])", storage)
+    canvas = browser.find_element(By.ID, "over")
+    size = canvas.size
+    ActionChains(browser).move_to_element_with_offset(
+        canvas, round(x - size["width"] / 2), round(y - size["height"] / 2)).perform()
+    tip = browser.find_element(By.ID, "tip")
+    assert tip.is_displayed()
+    return tip.text
+
+
+def _column(browser, index: int) -> list[str]:
+    return [row.find_elements(By.TAG_NAME, "td")[index].text
+            for row in browser.find_elements(By.CSS_SELECTOR, "#storage-rows tr")]
+
+
+def _bytes(text: str) -> int:
+    return int(text.removesuffix(" B").replace(",", ""))
+
+
+def test_hover_shows_the_values_offset_size_and_lifetime(browser, tiny_gpt, tmp_path):
+    write_html(tiny_gpt, tmp_path / "page.html", "tiny_gpt")
+    _open(browser, tmp_path / "page.html")
+    largest = max(tiny_gpt.plan.storages.values(), key=lambda s: (s.size, -s.id))
+    name = largest.values[0]
+    spec = dict(tiny_gpt.specs.tensors())[name]
+    lines = _hover(browser, largest.id).splitlines()
+    assert lines[:3] == [f"storage {largest.id} · activation",
+                         f"offset {largest.offset:,} B · size {largest.size:,} B (256.0 KiB)",
+                         f"lifetime: steps [{largest.start}, {largest.end})"]
+    assert lines[3] == (f"{name} {value_ops(tiny_gpt)[name]} · float32{shape_text(spec)} · "
+                        f"dim_order (0, 1, 2) · {spec.nbytes:,} B")
+    assert re.fullmatch(r"\[4, (s\d+)<=128, \1<=128\]", shape_text(spec))
+
+
+def test_click_selects_the_storage_and_lists_every_value_in_it(browser, tiny_gpt, tmp_path):
+    write_html(tiny_gpt, tmp_path / "page.html", "tiny_gpt")
+    _open(browser, tmp_path / "page.html")
+    shared = max(tiny_gpt.plan.storages.values(), key=lambda s: (len(s.values), -s.id))
+    assert len(shared.values) >= 2  # a value and its views
+    _hover(browser, shared.id)
+    ActionChains(browser).click().perform()
+    panel = browser.find_element(By.ID, "selected").text.splitlines()
+    assert panel[0] == f"Storage {shared.id} (activation): {len(shared.values)} values share it"
+    assert [line.split(" ")[0] for line in panel[2:]] == list(shared.values)
+    chosen = browser.find_elements(By.CSS_SELECTOR, "#storage-rows tr.chosen")
+    assert [row.get_attribute("data-id") for row in chosen] == [str(shared.id)]
+
+
+def test_the_summary_and_the_peak_panel(browser, tiny_gpt, tmp_path):
+    write_html(tiny_gpt, tmp_path / "page.html", "tiny_gpt")
+    _open(browser, tmp_path / "page.html")
+    numbers = {box.find_element(By.TAG_NAME, "span").text: box.find_element(By.TAG_NAME, "b").text
+               for box in browser.find_elements(By.CSS_SELECTOR, "#summary .number")}
+    plan = tiny_gpt.plan
+    assert numbers["arena"] == "918,016 B (896.5 KiB)" == numbers["lower bound"]
+    assert numbers["ratio"] == "1.000 (arena / lower bound)"
+    assert (numbers["algorithm"], numbers["optimal"]) == (plan.algorithm, "yes")
+    top = peak(plan)
+    assert numbers["peak step"] == str(top.step)
+    live = browser.find_elements(By.CSS_SELECTOR, "#peak tbody tr")
+    assert [row.get_attribute("data-id") for row in live] == [str(i) for i in top.storages]
+    sizes = [plan.storages[i].size for i in top.storages]
+    assert sizes == sorted(sizes, reverse=True) and sum(sizes) == plan.lower_bound_bytes
+
+
+def test_the_table_sorts_by_size_lifetime_and_offset_and_filters_by_name(browser, tiny_gpt,
+                                                                         tmp_path):
+    write_html(tiny_gpt, tmp_path / "page.html", "tiny_gpt")
+    _open(browser, tmp_path / "page.html")
+    storages = tiny_gpt.plan.storages.values()
+    sizes = [_bytes(t) for t in _column(browser, 4)]
+    assert sizes == sorted((s.size for s in storages), reverse=True)  # the default order
+    head = {th.get_attribute("data-key"): th
+            for th in browser.find_elements(By.CSS_SELECTOR, "#storage-head th")}
+    head["lifetime"].click()
+    assert [int(t) for t in _column(browser, 7)] == sorted((s.end - s.start for s in storages),
+                                                           reverse=True)
+    browser.find_element(By.CSS_SELECTOR, '#storage-head th[data-key="offset"]').click()
+    browser.find_element(By.CSS_SELECTOR, '#storage-head th[data-key="offset"]').click()
+    assert [_bytes(t) for t in _column(browser, 3)] == sorted(s.offset for s in storages)
+    assert browser.find_element(By.CSS_SELECTOR, '#storage-head th[data-key="offset"]') \
+        .get_attribute("aria-sort") == "ascending"
+    browser.find_element(By.ID, "filter").send_keys("addmm")
+    matching = [s for s in storages if any("addmm" in v for v in s.values)]
+    assert sorted(int(t) for t in _column(browser, 0)) == sorted(s.id for s in matching)
+    assert browser.find_element(By.ID, "table-note").text == (
+        f"showing {len(matching)} of {len(matching)} matching storages "
+        f"({len(tiny_gpt.plan.storages)} in all)")
+
+
+def test_a_screenshot_of_the_chart_is_a_drawing(browser, tiny_gpt, tmp_path):
+    write_html(tiny_gpt, tmp_path / "page.html", "tiny_gpt")
+    _open(browser, tmp_path / "page.html")
+    image = Image.open(io.BytesIO(browser.find_element(By.ID, "base").screenshot_as_png))
+    pixels = list(image.convert("RGB").getdata())
+    green = tuple(int(KIND_COLOURS["activation"][i:i + 2], 16) for i in (1, 3, 5))
+    share = sum(p == green for p in pixels) / len(pixels)
+    assert 0.1 < share < 0.9
+    assert len(set(pixels)) > 20  # axes, text, edges, the peak band
+
+
+def test_subgraph_storages_sit_in_their_region(browser, tmp_path):
+    program = tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)))
+    write_html(program, tmp_path / "page.html", "branches")
+    data = _open(browser, tmp_path / "page.html")
+    (region,) = data["regions"]
+    exp = next(s for s in data["storages"] if s["values"] == ["true_graph_0/exp"])
+    assert region["x0"] <= exp["x0"] < exp["x1"] <= (region["x0"] + region["x1"]) / 2
+    lines = _hover(browser, exp["id"]).splitlines()
+    assert lines[2] == f"lifetime: steps [{exp['start']}, {exp['end']}) of true_graph_0/"
+    assert lines[3].startswith("true_graph_0/exp aten.exp.default · float32[8, 8]")
+
+
+def _dsa_instance(path, count: int) -> None:
+    rng = random.Random(0)
+    rows = ["id,lower,upper,size"]
+    for i in range(count):
+        start = rng.randrange(0, 2 * count)
+        rows.append(f"b{i},{start},{start + rng.randrange(1, 200)},{rng.randrange(1, 64) * 64}")
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_a_10000_buffer_plan_stays_responsive(browser, tmp_path):
+    _dsa_instance(tmp_path / "big.csv", 10_000)
+    done = subprocess.run([sys.executable, "-m", "tensorplan", "dsa", str(tmp_path / "big.csv"),
+                           "--algorithm", "greedy", "--html", str(tmp_path / "big.html")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    data = _open(browser, tmp_path / "big.html")
+    assert len(data["storages"]) == 10_000
+    timings = browser.execute_script("return window.tensorplanReport.timings")
+    assert timings["page"] < 2000 and timings["draw"] < 500 and timings["table"] < 500, timings
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#storage-rows tr")) == 500
+    assert browser.find_element(By.ID, "table-note").text.startswith(
+        "showing 500 of 10,000 matching storages")
+    largest = max(data["storages"], key=lambda s: (s["size"] * (s["end"] - s["start"]), -s["id"]))
+    assert f"\n{largest['values'][0]}" in _hover(browser, largest["id"])
+    per_move = browser.execute_script("""
+        const canvas = document.getElementById("over");
+        const box = canvas.getBoundingClientRect();
+        const started = performance.now();
+        for (let i = 0; i < 50; ++i) {
+          canvas.dispatchEvent(new MouseEvent("mousemove", {
+            clientX: box.left + 100 + 20 * i, clientY: box.top + 200, bubbles: true}));
+        }
+        return (performance.now() - started) / 50;""")
+    assert per_move < 50
+
+
+def test_the_page_loads_nothing_from_anywhere(browser, tiny_gpt, tmp_path):
+    write_html(tiny_gpt, tmp_path / "page.html", "tiny_gpt")
+    text = (tmp_path / "page.html").read_text()
+    assert not re.search(r"""(src|href)\s*=|url\(|@import|fetch\(|XMLHttpRequest""", text)
+    _open(browser, tmp_path / "page.html")
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_page_with_300_storages(browser, tmp_path):
+    e = zoo.example("hf_mobilenet_v2")
+    program = tp.compile(e.model, e.args)
+    write_html(program, tmp_path / "page.html", "hf_mobilenet_v2")
+    data = _open(browser, tmp_path / "page.html")
+    assert len(data["storages"]) == len(program.plan.storages) > 300
+    timings = browser.execute_script("return window.tensorplanReport.timings")
+    assert timings["page"] < 2000, timings
+    largest = max(program.plan.storages.values(), key=lambda s: (s.size, -s.id))
+    assert _hover(browser, largest.id).splitlines()[0] == f"storage {largest.id} · activation"

@@ -32,8 +32,10 @@ from tensorplan.report.timeline import LABELLED, _label, plot_plan
 
 @pytest.fixture(scope="module")
 def mlp() -> tp.Program:
+    # one storage per value in graph order, so every report row below has its own storage;
+    # test_reused_storages_are_reported_with_every_value covers storages that hold several
     e = zoo.example("mlp")
-    return tp.compile(e.model, e.args)
+    return tp.compile(e.model, e.args, reuse=False, reorder=False, fold=False)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +126,7 @@ def test_plan_summary_names_subgraph_lifetimes(branches):
 def test_plan_json_holds_the_plan_and_every_value(mlp):
     doc = json.loads(json.dumps(plan_to_json(mlp, "mlp")))
     plan = mlp.plan
-    assert (doc["schema"], doc["version"]) == ("tensorplan.plan", 1)
+    assert (doc["schema"], doc["version"]) == ("tensorplan.plan", 2)
     assert doc["model"]["name"] == "mlp"
     assert doc["model"]["inputs"] == ["x"] and doc["model"]["outputs"] == ["addmm_1"]
     assert (doc["arena_bytes"], doc["lower_bound_bytes"]) == (plan.arena_bytes,

@@ -151,10 +151,12 @@ def _argument(node: torch.fx.Node, op: torch._ops.OpOverload, name: str) -> Any:
 class _Analysis:
     """Walks one graph (interpreter pattern: one method per node kind)."""
 
-    def __init__(self, builder: _Builder, module: torch.fx.GraphModule, prefix: str) -> None:
+    def __init__(self, builder: _Builder, module: torch.fx.GraphModule, prefix: str,
+                 folded: frozenset[str] = frozenset()) -> None:
         self.b = builder
         self.module = module
         self.prefix = prefix
+        self.folded = folded  # values computed at compile time: constants, no storage
 
     def run(self, inputs: list[StorageRef] | None, constants: frozenset[str],
             kinds: Mapping[str, StorageKind]) -> None:
@@ -177,7 +179,7 @@ class _Analysis:
         return self.b.fresh(node.name, "", kinds.get(node.name, "input"))
 
     def _node(self, node: torch.fx.Node, name: str) -> StorageRef:
-        if node.op == "get_attr":
+        if node.op == "get_attr" or name in self.folded:
             return None
         if carried_spec(node) is not None:
             return self._fresh_outputs(name)
@@ -317,18 +319,19 @@ def _in_place_on_first_argument(node: torch.fx.Node, olds: set[str]) -> bool:
     return isinstance(first, torch.fx.Node) and first.name in olds and not reads & olds
 
 
-def analyze(program: ExportedProgram, specs: SpecTable, roles: Roles | None = None
-            ) -> AliasTable:
+def analyze(program: ExportedProgram, specs: SpecTable, roles: Roles | None = None,
+            folded: frozenset[str] = frozenset()) -> AliasTable:
     """Assign every tensor value of ``program`` a storage; see the module docstring for rules.
 
-    Pure: reads the program, the spec table and the placeholder roles (read from the program
-    when not given), returns a new table.
+    Pure: reads the program, the spec table, the placeholder roles (read from the program
+    when not given) and the names of the values folded at compile time (``fold.py``: they are
+    constants), returns a new table.
     """
     roles = roles or read_roles(program)
     state = dict(roles.updates)
     kinds: dict[str, StorageKind] = {name: "state" for name in roles.state}
     builder = _Builder(specs)
-    _Analysis(builder, program.graph_module, "").run(None, roles.constants, kinds)
+    _Analysis(builder, program.graph_module, "", folded).run(None, roles.constants, kinds)
     write_back = _share_state(builder, program, state)
     storages = {sid: Storage(sid, builder.nbytes[sid], builder.kinds[sid], builder.graphs[sid],
                              tuple(values)) for sid, values in builder.members.items()}

@@ -40,7 +40,8 @@ from tensorplan.report.diff import diff_plans, diff_report, read_plan_file
 from tensorplan.report.html import placement_plan, write_html, write_page
 from tensorplan.report.timeline import plot_plan
 from tensorplan.runtime.lower import explain
-from tensorplan.targets import FORMS, load_example, load_target, target_name
+from tensorplan.schedule import ScheduleOptions
+from tensorplan.targets import FORMS, CompileOptions, load_example, load_target, target_name
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
 WIDE = 160  # console width when stdout is not a terminal (files, pipes, tests)
@@ -153,6 +154,11 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="offset alignment in bytes (default 16)",
     )
+    for switch, what in (("reuse", "in-place reuse of dying inputs"),
+                         ("reorder", "the memory-aware node order"),
+                         ("fold", "folding values of constants at compile time")):
+        parser.add_argument(f"--no-{switch}", dest=switch, action="store_false",
+                            help=f"plan without {what}")
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
@@ -162,14 +168,17 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run_plan)
 
 
-def _params(args: argparse.Namespace) -> PlanOptions | None:
-    """Planner options given on the command line, or None when none was given."""
+def _params(args: argparse.Namespace) -> CompileOptions | None:
+    """Compile options given on the command line, or None when none was given."""
     given = {
         key: value
         for key in ("algorithm", "alignment")
         if (value := getattr(args, key)) is not None
     }
-    return dataclasses.replace(PlanOptions(), **given) if given else None
+    switches = ScheduleOptions(args.reuse, args.reorder, args.fold)
+    if not given and switches == ScheduleOptions():
+        return None
+    return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches)
 
 
 def _write_outputs(program: Program, args: argparse.Namespace) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,8 @@ import torch.fx
 
 from ..control_flow import control_flow_op
 from ..errors import UnsupportedOpError
+from ..fold import NOTHING_FOLDED, Folded
+from ..order import scheduled_nodes
 from ..roles import Role, Roles
 from ..schemas import inplace_variant, is_view, returns_sizes
 from ..spec import SpecTable, TensorSpec
@@ -44,6 +46,8 @@ class Kind(enum.Enum):
     """How one node runs."""
 
     CONSTANT = "constant"            # a parameter, buffer or lifted constant, bound once
+    FOLDED = "folded"                # computed at compile time (fold.py), bound once
+    FOLDED_AWAY = "folded away"      # computed at compile time, read only by folded values
     INPUT = "input"                  # a planned view the caller's tensor is copied into
     STATE = "state"                  # a planned view holding a mutated buffer across runs
     SPECIALISED = "specialised"      # a non-tensor input the program was specialised to
@@ -92,9 +96,10 @@ class ProgramFacts:
     shapes: Mapping[tuple[str, int | None], SymbolicShape]  # (value, item) -> symbolic shape
     symbols: Mapping[str, frozenset[sympy.Symbol]]    # value -> free symbols of its sizes
     backed: tuple[sympy.Symbol, ...]                  # symbols bound by input sizes, sorted
+    folded: Folded                                    # values computed at compile time
 
     @classmethod
-    def of(cls, specs: SpecTable, roles: Roles) -> ProgramFacts:
+    def of(cls, specs: SpecTable, roles: Roles, folded: Folded = NOTHING_FOLDED) -> ProgramFacts:
         """The facts of a planned program."""
         shapes: dict[tuple[str, int | None], SymbolicShape] = {}
         symbols: dict[str, frozenset[sympy.Symbol]] = {}
@@ -107,7 +112,7 @@ class ProgramFacts:
         for (name, _), shape in shapes.items():
             symbols[name] = symbols.get(name, frozenset()) | shape.symbols
         backed = {s for name in roles.user_inputs for s in symbols.get(name, ())}
-        return cls(specs, roles, shapes, symbols, tuple(sorted(backed, key=str)))
+        return cls(specs, roles, shapes, symbols, tuple(sorted(backed, key=str)), folded)
 
     def items(self, name: str) -> list[TensorSpec | None]:
         """The specs of a value's outputs (one item for single-output values)."""
@@ -171,10 +176,7 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
         return Kind.VIEW, inputs_per_frame and facts.resolvable(name), None
     written = _writes_argument(node, name, facts)
     if written is not None:
-        twin = inplace_variant(op)
-        if twin is not None and written == 0:
-            return Kind.IN_PLACE, False, twin
-        return Kind.FALLBACK, False, None
+        return _lower_written(op, written)
     variant = out_variant(op)
     if variant is not None and not variant.generated:
         return Kind.OUT, False, variant
@@ -182,6 +184,21 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
         return Kind.NATIVE, False, NATIVE_INTO[op]
     if _copy_then_in_place(node, name, facts):
         return Kind.COPY_IN_PLACE, False, inplace_variant(op)
+    return Kind.FALLBACK, False, None
+
+
+def _lower_written(op: torch._ops.OpOverload, written: int) -> tuple[Kind, bool, Any]:
+    """An op whose output shares argument ``written``'s storage (a state update or a reuse):
+    the in-place twin on ``self``, a native kernel, or an elementwise out-variant whose ``out``
+    is that argument; else compute, then copy over it."""
+    twin = inplace_variant(op)
+    if twin is not None and written == 0:
+        return Kind.IN_PLACE, False, twin
+    if op in NATIVE_INTO:
+        return Kind.NATIVE, False, NATIVE_INTO[op]
+    variant = out_variant(op)
+    if torch.Tag.pointwise in op.tags and variant is not None and not variant.generated:
+        return Kind.OUT, False, variant
     return Kind.FALLBACK, False, None
 
 
@@ -207,6 +224,9 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
     name = prefix + node.name
     inputs_per_frame = all(prefix + n.name in per_frame for n in node.all_input_nodes)
     kernel = None
+    if name in facts.folded.computed:
+        kind = Kind.FOLDED if name in facts.folded.kept else Kind.FOLDED_AWAY
+        return Lowered(name, _target(node), kind, True, True)
     if node.op == "placeholder":
         kind, frame = _lower_placeholder(name, prefix, facts)
     elif node.op == "get_attr":
@@ -231,12 +251,13 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
     return Lowered(name, _target(node), kind, frame, frame_value, kernel)
 
 
-def lower_graph(module: torch.fx.GraphModule, prefix: str,
-                facts: ProgramFacts) -> tuple[Lowered, ...]:
-    """The lowering table of one graph, one row per node in graph order."""
+def lower_graph(module: torch.fx.GraphModule, prefix: str, facts: ProgramFacts,
+                order: Sequence[str] | None = None) -> tuple[Lowered, ...]:
+    """The lowering table of one graph, one row per node in ``order`` (node names; graph order
+    without one)."""
     per_frame: set[str] = set()
     rows = []
-    for node in module.graph.nodes:
+    for node in scheduled_nodes(module.graph, order):
         row = lower_node(node, prefix, facts, per_frame)
         if row.frame_value:
             per_frame.add(row.name)
@@ -253,10 +274,12 @@ def _graphs(module: torch.fx.GraphModule, prefix: str
             yield from _graphs(getattr(module, sub.target), f"{prefix}{sub.target}/")
 
 
-def lower_program(module: torch.fx.GraphModule, facts: ProgramFacts) -> tuple[Lowered, ...]:
-    """The lowering table of a program: its top-level graph, then every subgraph."""
+def lower_program(module: torch.fx.GraphModule, facts: ProgramFacts,
+                  order: Sequence[str] | None = None) -> tuple[Lowered, ...]:
+    """The lowering table of a program: its top-level graph in ``order``, then every
+    subgraph."""
     return tuple(row for graph, prefix in _graphs(module, "")
-                 for row in lower_graph(graph, prefix, facts))
+                 for row in lower_graph(graph, prefix, facts, None if prefix else order))
 
 
 def explain(rows: tuple[Lowered, ...]) -> str:

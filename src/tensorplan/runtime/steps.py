@@ -245,6 +245,8 @@ def _control_flow(node, row, ctx) -> Built:
 
 BUILDERS: dict[Kind, Callable[[torch.fx.Node, Lowered, StepContext], Built]] = {
     Kind.CONSTANT: _constant,
+    Kind.FOLDED: _constant,
+    Kind.FOLDED_AWAY: _nothing,
     Kind.INPUT: _input,
     Kind.STATE: _input,
     Kind.SPECIALISED: _nothing,

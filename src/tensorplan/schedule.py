@@ -62,25 +62,20 @@ def _plan(program: ExportedProgram, alias: AliasTable, order: Order | None,
     return draft_plan(lifetimes(program, alias, order), alias, _greedy(alignment))
 
 
-def _fold(program: ExportedProgram, specs: SpecTable, roles: Roles, baseline: AliasTable,
-          alignment: int) -> tuple[Folded, AliasTable, int, int]:
-    """The folding kept (none when it grows constants + bound), its alias table, the
-    constant bytes after and before."""
+def _folding(program: ExportedProgram, specs: SpecTable, roles: Roles,
+             fold: bool) -> list[tuple[Folded, AliasTable, int]]:
+    """The folding choices to compare: none, and (when asked and anything folds) the folded
+    program; each with its alias table and the bytes of the constants its runs read."""
     constants = constant_tensors(program, roles)
-    before = constant_bytes(constants)
-    folded = fold_constants(program, specs, roles)
-    if not folded.computed:
-        return folded, baseline, before, before
-    alias = analyze(program, specs, roles, folded.computed)
-    users = {node.name: node.users for node in program.graph.nodes}
-    still_read = {name: t for name, t in constants.items()
-                  if any(u.name not in folded.computed for u in users[name])}
-    after = constant_bytes({**still_read, **folded.kept})
-    grown = after + _plan(program, alias, None, alignment).lower_bound_bytes > \
-        before + _plan(program, baseline, None, alignment).lower_bound_bytes
-    if grown:
-        return NOTHING_FOLDED, baseline, before, before
-    return folded, alias, after, before
+    choices = [(NOTHING_FOLDED, analyze(program, specs, roles), constant_bytes(constants))]
+    folded = fold_constants(program, specs, roles) if fold else NOTHING_FOLDED
+    if folded.computed:
+        users = {node.name: node.users for node in program.graph.nodes}
+        still_read = {name: t for name, t in constants.items()
+                      if any(u.name not in folded.computed for u in users[name])}
+        choices.append((folded, analyze(program, specs, roles, folded.computed),
+                        constant_bytes({**still_read, **folded.kept})))
+    return choices
 
 
 def replay(program: ExportedProgram, specs: SpecTable, roles: Roles, order: Order,
@@ -97,26 +92,24 @@ def replay(program: ExportedProgram, specs: SpecTable, roles: Roles, order: Orde
 def schedule(program: ExportedProgram, specs: SpecTable, roles: Roles,
              options: ScheduleOptions = ScheduleOptions(), alignment: int = 16) -> Schedule:
     """Fold, order and reuse ``program`` so that its planned arena is as small as this stage
-    can make it; never larger than the exported order's greedy plan.
+    can make it; never larger than the exported order's greedy plan, and folding only where
+    it does not grow constants + arena in total.
 
     Pure: reads the program, its specs and roles; returns new tables.
     """
-    baseline = analyze(program, specs, roles)
+    choices = _folding(program, specs, roles, options.fold)
+    baseline = choices[0][1]
     baseline_bound = _plan(program, baseline, None, alignment).lower_bound_bytes
-    if options.fold:
-        folded, alias, after, before = _fold(program, specs, roles, baseline, alignment)
-    else:
-        folded, alias = NOTHING_FOLDED, baseline
-        after = before = constant_bytes(constant_tensors(program, roles))
-    orders = candidate_orders(program.graph, alias) if options.reorder else {
-        "exported": exported_order(program.graph)}
+    exported = {"exported": exported_order(program.graph)}
     best = None
-    for name, order in orders.items():
-        reused, reuses = reuse_storages(program, specs, alias, order) if options.reuse \
-            else (alias, ())
-        plan = _plan(program, reused, order, alignment)
-        key = (plan.arena_bytes, plan.lower_bound_bytes)
-        if best is None or key < best[0]:
-            best = (key, Schedule(reused, order, name, options.reuse, reuses, folded,
-                                  baseline_bound, after, before))
+    for folded, alias, constants in choices:
+        orders = candidate_orders(program.graph, alias) if options.reorder else exported
+        for name, order in orders.items():
+            reused, reuses = reuse_storages(program, specs, alias, order) if options.reuse \
+                else (alias, ())
+            plan = _plan(program, reused, order, alignment)
+            key = (plan.arena_bytes + constants, plan.arena_bytes, plan.lower_bound_bytes)
+            if best is None or key < best[0]:
+                best = (key, Schedule(reused, order, name, options.reuse, reuses, folded,
+                                      baseline_bound, constants, choices[0][2]))
     return best[1]

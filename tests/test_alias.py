@@ -7,7 +7,6 @@ from shared_models import Fn
 
 import tensorplan as tp
 
-
 # The alias stage alone: no in-place reuse, reordering or folding on top (test_reuse.py).
 ALIAS_ONLY = {"reuse": False, "reorder": False, "fold": False}
 

@@ -31,6 +31,7 @@ import sympy
 import torch
 import torch.fx
 
+from ..alias import Slice
 from ..control_flow import control_flow_op
 from ..errors import UnsupportedOpError
 from ..fold import NOTHING_FOLDED, Folded
@@ -63,6 +64,7 @@ class Kind(enum.Enum):
     NATIVE = "native"                # a small native kernel (copy_, fill_, index_select)
     COPY_IN_PLACE = "copy+in-place"  # out.copy_(self), then the in-place twin on out
     FALLBACK = "fallback"            # functional op, then copied into the planned view
+    CONCATENATED = "in slices"       # its inputs were made in slices of it (concat.py)
     CONTROL_FLOW = "control-flow"    # runs its subgraphs (control_flow.py)
     OUTPUT = "output"                # the graph's results
 
@@ -83,7 +85,7 @@ class Lowered:
 # Kinds whose kernel writes the node's planned output views (put in the frame when the sizes
 # follow from the input sizes).
 WRITES_PLANNED_VIEWS = frozenset({Kind.IN_PLACE, Kind.OUT, Kind.NATIVE, Kind.COPY_IN_PLACE,
-                                  Kind.FALLBACK, Kind.CONTROL_FLOW})
+                                  Kind.FALLBACK, Kind.CONTROL_FLOW, Kind.CONCATENATED})
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,12 @@ class ProgramFacts:
     symbols: Mapping[str, frozenset[sympy.Symbol]]    # value -> free symbols of its sizes
     backed: tuple[sympy.Symbol, ...]                  # symbols bound by input sizes, sorted
     folded: Folded                                    # values computed at compile time
+    slices: Mapping[str, Slice]                       # value -> its slice of a concatenation
 
     @classmethod
-    def of(cls, specs: SpecTable, roles: Roles, folded: Folded = NOTHING_FOLDED) -> ProgramFacts:
-        """The facts of a planned program."""
+    def of(cls, specs: SpecTable, roles: Roles, folded: Folded = NOTHING_FOLDED,
+           slices: Mapping[str, Slice] | None = None) -> ProgramFacts:
+        """The facts of a planned program (``slices``: the alias table's)."""
         shapes: dict[tuple[str, int | None], SymbolicShape] = {}
         symbols: dict[str, frozenset[sympy.Symbol]] = {}
         for name, entry in specs.items():
@@ -112,7 +116,8 @@ class ProgramFacts:
         for (name, _), shape in shapes.items():
             symbols[name] = symbols.get(name, frozenset()) | shape.symbols
         backed = {s for name in roles.user_inputs for s in symbols.get(name, ())}
-        return cls(specs, roles, shapes, symbols, tuple(sorted(backed, key=str)), folded)
+        return cls(specs, roles, shapes, symbols, tuple(sorted(backed, key=str)), folded,
+                   dict(slices or {}))
 
     def items(self, name: str) -> list[TensorSpec | None]:
         """The specs of a value's outputs (one item for single-output values)."""
@@ -150,6 +155,17 @@ def _writes_argument(node: torch.fx.Node, name: str, facts: ProgramFacts) -> int
     return None
 
 
+def _made_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> bool:
+    """Every tensor input already lives in a slice of the node's output storage: the result
+    is there once they are made (a concatenation in place)."""
+    prefix = name[:len(name) - len(node.name)]
+    inputs = [n for n in node.all_input_nodes if facts.is_tensor(prefix + n.name)]
+    target = facts.items(name)[0]
+    return bool(inputs) and target is not None and name not in facts.slices and all(
+        prefix + n.name in facts.slices and facts.specs.get(prefix + n.name).storage
+        == target.storage for n in inputs)
+
+
 def _copy_then_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> bool:
     """True when ``op(self, ...)`` can run as ``out.copy_(self); op_(out, ...)``: the op has an
     in-place twin and its one output has the shape and dtype of ``self``."""
@@ -174,6 +190,8 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
         return Kind.PLAIN, False, None
     if is_view(op):
         return Kind.VIEW, inputs_per_frame and facts.resolvable(name), None
+    if _made_in_place(node, name, facts):
+        return Kind.CONCATENATED, False, None
     written = _writes_argument(node, name, facts)
     if written is not None:
         return _lower_written(op, written)

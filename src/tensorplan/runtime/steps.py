@@ -264,6 +264,7 @@ BUILDERS: dict[Kind, Callable[[torch.fx.Node, Lowered, StepContext], Built]] = {
     Kind.COPY_IN_PLACE: _into_views(_copy_in_place),
     Kind.FALLBACK: _into_views(_fallback),
     Kind.CONTROL_FLOW: _control_flow,
+    Kind.CONCATENATED: lambda node, row, ctx: [_planned_views(node, row, ctx)],
 }
 
 

@@ -98,11 +98,14 @@ def test_spec_table_names_items_of_multi_output_values():
 
 def test_plan_summary_numbers(mlp):
     plan = mlp.plan
-    overview, storages = rows(plan_summary(mlp, top=2))[:8], rows(plan_summary(mlp, top=2))[8:]
+    overview, storages = rows(plan_summary(mlp, top=2))[:11], rows(plan_summary(mlp, top=2))[11:]
     assert dict(overview) == {
         "arena": bytes_text(plan.arena_bytes),
         "lower bound": bytes_text(plan.lower_bound_bytes),
         "ratio": f"{plan.arena_bytes / plan.lower_bound_bytes:.3f} (arena / lower bound)",
+        "baseline bound": "16,384 B (16.0 KiB) (arena 1.00x)",
+        "order": "exported",
+        "constants": "76,840 B (75.0 KiB)",
         "algorithm": plan.algorithm,
         "optimal": "yes" if plan.optimal else "not proven",
         "alignment": "16 B",

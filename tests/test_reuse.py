@@ -189,3 +189,16 @@ def test_a_cat_with_a_skip_read_after_it_copies_its_inputs():
     prog = run_like_eager(Fn(fn), torch.randn(4, 8), reorder=False)
     assert prog.alias.slices == {}  # all inputs in slices, or none
     assert {r.name: r.kind.value for r in prog.lowering()}["cat"] == "out"
+
+
+def test_an_output_written_over_a_view_whose_size_one_strides_are_not_dense():
+    # T5's relative-position bias: unsqueeze of a permuted tensor has stride 4 in its size-1
+    # dim where a dense tensor has 16384; ATen refuses such an ``out``, so it is given the
+    # argument itself (regression: the T5 encoder raised "refer to a single memory location")
+    def fn(t):
+        u = t.exp().permute(2, 0, 1).unsqueeze(0)
+        return torch.where(u > 1.5, u, torch.zeros(()))
+    prog = run_like_eager(Fn(fn), torch.randn(64, 64, 4))
+    assert storage(prog, "where") == storage(prog, "exp")
+    row = {r.name: r for r in prog.lowering()}["where"]
+    assert (row.kind.value, row.overwrites) == ("out", 1)

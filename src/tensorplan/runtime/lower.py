@@ -80,6 +80,8 @@ class Lowered:
     frame_value: bool      # its value (a result, or its planned output views) is in the frame
     kernel: Any = None     # what its step calls: out-variant, in-place twin, native kernel,
     #                        or control-flow description (None where the kind says it all)
+    overwrites: int | None = None  # the argument (position) its result is written over, given
+    #                        to the kernel as ``out`` itself (reuse.py), or None
 
 
 # Kinds whose kernel writes the node's planned output views (put in the frame when the sizes
@@ -179,8 +181,8 @@ def _copy_then_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> 
 
 
 def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
-              inputs_per_frame: bool) -> tuple[Kind, bool, Any]:
-    """(kind, per_frame, kernel) of an ATen op node."""
+              inputs_per_frame: bool) -> tuple:
+    """(kind, per_frame, kernel[, overwritten argument]) of an ATen op node."""
     op = node.target
     if node.meta.get("unbacked_bindings"):
         return Kind.DATA_DEPENDENT, False, None
@@ -194,7 +196,7 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
         return Kind.CONCATENATED, False, None
     written = _writes_argument(node, name, facts)
     if written is not None:
-        return _lower_written(op, written)
+        return (*_lower_written(op, written), written)
     variant = out_variant(op)
     if variant is not None and not variant.generated:
         return Kind.OUT, False, variant
@@ -207,12 +209,13 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
 
 def _lower_written(op: torch._ops.OpOverload, written: int) -> tuple[Kind, bool, Any]:
     """An op whose output shares argument ``written``'s storage (a state update or a reuse):
-    the in-place twin on ``self``, a native kernel, or an elementwise out-variant whose ``out``
-    is that argument; else compute, then copy over it."""
+    the in-place twin on ``self``, a native kernel, or an elementwise out-variant, given that
+    argument itself as ``out`` (the same tensor, not only the same memory: ATen refuses an
+    ``out`` whose strides differ, even in size-1 dims); else compute, then copy over it."""
     twin = inplace_variant(op)
     if twin is not None and written == 0:
         return Kind.IN_PLACE, False, twin
-    if op in NATIVE_INTO:
+    if op in NATIVE_INTO and written == 0:
         return Kind.NATIVE, False, NATIVE_INTO[op]
     variant = out_variant(op)
     if torch.Tag.pointwise in op.tags and variant is not None and not variant.generated:
@@ -241,7 +244,7 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
     """
     name = prefix + node.name
     inputs_per_frame = all(prefix + n.name in per_frame for n in node.all_input_nodes)
-    kernel = None
+    kernel, overwrites = None, None
     if name in facts.folded.computed:
         kind = Kind.FOLDED if name in facts.folded.kept else Kind.FOLDED_AWAY
         return Lowered(name, _target(node), kind, True, True)
@@ -257,7 +260,8 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
     elif node.target is operator.getitem:
         kind, frame = Kind.GETITEM, inputs_per_frame
     elif isinstance(node.target, torch._ops.OpOverload):
-        kind, frame, kernel = _lower_op(node, name, facts, inputs_per_frame)
+        kind, frame, kernel, *over = _lower_op(node, name, facts, inputs_per_frame)
+        overwrites = over[0] if over and kind is not Kind.FALLBACK else None
     elif control_flow_op(node) is not None:
         kind, frame, kernel = Kind.CONTROL_FLOW, False, control_flow_op(node)
     else:
@@ -266,7 +270,7 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
         frame = sizes_only and inputs_per_frame
     planned_views = kind in WRITES_PLANNED_VIEWS and not node.meta.get("unbacked_bindings")
     frame_value = frame or (planned_views and facts.resolvable(name))
-    return Lowered(name, _target(node), kind, frame, frame_value, kernel)
+    return Lowered(name, _target(node), kind, frame, frame_value, kernel, overwrites)
 
 
 def lower_graph(module: torch.fx.GraphModule, prefix: str, facts: ProgramFacts,

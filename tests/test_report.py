@@ -246,10 +246,12 @@ def test_svg_timeline_labels_the_largest_storages_and_explains_the_marks(mlp, tm
 
 
 def test_a_label_is_drawn_only_where_it_fits():
-    s = tp.PlannedStorage(3, 0, 8192, 0, 4, "activation", "", ("convolution", "view"))
+    s = tp.PlannedStorage(3, 0, 8192, 0, 4, "activation", "", ("convolution",))
     assert _label(s, 200, 20) == ("convolution 8.0 KiB", 0)
     assert _label(s, 100, 40) == ("convolution\n8.0 KiB", 0)
     assert _label(s, 18, 200) == ("convolution 8.0 KiB", 90)
+    shared = tp.PlannedStorage(3, 0, 8192, 0, 4, "activation", "", ("convolution", "relu"))
+    assert _label(shared, 200, 20) == ("convolution +1 8.0 KiB", 0)  # relu shares it
     assert _label(s, 14, 14) is None
 
 

@@ -87,3 +87,35 @@ def test_the_exported_order_is_kept_when_no_order_is_better():
     prog = tp.compile(Chain(), (torch.randn(4),))
     assert prog.plan.order == "exported"
     assert prog.order == tuple(n.name for n in prog.exported_program.graph.nodes)
+
+
+class TwoBiases(torch.nn.Module):
+    """Two layers that each compute the same position bias from constants (as T5 does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.table = torch.nn.Parameter(torch.randn(32, 4))
+
+    def bias(self, length: int) -> torch.Tensor:
+        position = torch.arange(length)
+        buckets = (position[None, :] - position[:, None]).abs().clamp(max=31).to(torch.long)
+        return self.table[buckets].permute(2, 0, 1).contiguous()
+
+    def forward(self, x):
+        length = x.shape[-1]
+        return (x + self.bias(length)).softmax(-1) + self.bias(length)
+
+
+def test_equal_folded_values_are_kept_once_and_checks_on_them_are_made_at_compile_time():
+    model, x = TwoBiases(), torch.randn(4, 64, 64)
+    prog = tp.compile(model, (x,))
+    torch.testing.assert_close(prog.run(x), model(x))
+    kept = prog.folded.kept
+    assert len(kept) == 2 and len({id(t) for t in kept.values()}) == 1  # one tensor, kept once
+    bias, table = 4 * 64 * 64 * 4, 32 * 4 * 4
+    assert prog.plan.baseline_constant_bytes == table
+    assert prog.plan.constant_bytes == bias  # the table is read at compile time only
+    rows = kinds(prog)
+    checks = [n for n in rows if n.startswith("_assert_tensor_metadata")]
+    assert checks and {rows[n] for n in checks} == {"folded away"}

@@ -2,7 +2,9 @@
 
 A top-level node is *folded* when it is an ATen op that is not random
 (``torch.Tag.nondeterministic_seeded``), every node it reads is a constant (a parameter, a
-never-written buffer, a lifted constant) or folded itself, and its outputs have static sizes:
+never-written buffer, a lifted constant) or folded itself, and its outputs have static sizes
+(or it has none: a check such as ``_assert_tensor_metadata`` on folded values is made here,
+once):
 a causal mask from ``arange``/``full``, rotary tables, a relative-position bias, a weight
 transpose. Folded values are computed here with the program's real constants; the ones that
 something else still reads (the *frontier*) are kept as constants, out of the arena and out of
@@ -10,6 +12,8 @@ every run; the rest are never needed again.
 
 A view of a constant costs nothing at run time, so it is folded only when nothing but folded
 values reads it.
+
+Kept values that are equal (same dtype, shape, strides and values) are kept once.
 
 Worked example: ``mask = torch.full((4, 4), -inf).triu(1); return x + mask`` folds ``full``
 and ``triu``; ``triu`` is the frontier, a 64-byte constant, and only ``add`` runs.
@@ -63,10 +67,15 @@ def _static(entry: object) -> bool:
 
 
 def _foldable(node: torch.fx.Node, specs: SpecTable, known: set[str]) -> bool:
+    """An ATen op, not random, whose inputs are all known and whose outputs are static
+    tensors, or a check with no output (``_assert_tensor_metadata``), checked here once."""
     op = node.target
+    check = isinstance(op, torch._ops.OpOverload) and not op._schema.returns \
+        and bool(node.all_input_nodes)
     return (node.op == "call_function" and isinstance(op, torch._ops.OpOverload)
             and torch.Tag.nondeterministic_seeded not in op.tags
-            and not node.meta.get("unbacked_bindings") and _static(specs.get(node.name))
+            and not node.meta.get("unbacked_bindings")
+            and (check or _static(specs.get(node.name)))
             and all(n.name in known for n in node.all_input_nodes))
 
 
@@ -100,4 +109,19 @@ def fold_constants(program: ExportedProgram, specs: SpecTable, roles: Roles) -> 
             names.add(node.name)
     kept = {node.name: values[node.name] for node in foldable
             if node.name in names and any(user.name not in names for user in node.users)}
-    return Folded(frozenset(names), kept)
+    return Folded(frozenset(names), _shared_copies(kept))
+
+
+def _shared_copies(kept: Mapping[str, object]) -> dict[str, object]:
+    """``kept`` with equal tensors (same dtype, shape, strides and values: T5 computes one
+    position bias per layer) made one tensor, so it is kept, and counted, once."""
+    unique: list[torch.Tensor] = []
+    shared: dict[str, object] = {}
+    for name, value in kept.items():
+        if isinstance(value, torch.Tensor):
+            value = next((u for u in unique if u.dtype == value.dtype and u.shape == value.shape
+                          and u.stride() == value.stride() and torch.equal(u, value)), value)
+            if all(value is not u for u in unique):
+                unique.append(value)
+        shared[name] = value
+    return shared

@@ -16,14 +16,15 @@ import torch
 from torch.export import ExportedProgram
 
 from .bounds import upper_bound
-from .layout import dense_strides, traced_dim_order
+from .layout import dense_strides, traced_dim_order, view_strides
 from .roles import Roles, read_roles
 from .spec import Entry, SpecTable, TensorSpec
 from .trace import TracedValue, carried_spec, retrace
 
 
 def tensor_spec(value: torch.Tensor, where: str, const: bool = False) -> TensorSpec:
-    """The spec of one traced tensor: upper-bound shape, its layout, and dense strides/bytes.
+    """The spec of one traced tensor: upper-bound shape, its layout, dense strides/bytes, and
+    its traced strides where they are not dense (a view's ``view_strides``).
 
     ``where`` names the value in error messages (an unbounded dim raises
     ``UnboundedShapeError``).
@@ -39,7 +40,8 @@ def tensor_spec(value: torch.Tensor, where: str, const: bool = False) -> TensorS
         numel *= size
     return TensorSpec(shape=shape, sym_shape=sym_shape, dtype=value.dtype, dim_order=dim_order,
                       strides=dense_strides(shape, dim_order),
-                      nbytes=numel * value.dtype.itemsize, const=const)
+                      nbytes=numel * value.dtype.itemsize, const=const,
+                      view_strides=view_strides(value, dim_order))
 
 
 def _entry(value: Any, where: str, const: bool) -> Entry:

@@ -52,6 +52,8 @@ class Kind(enum.Enum):
     GETITEM = "getitem"              # picks one item of a multi-output value
     SIZES = "sizes"                  # computes sizes or Python values from sizes alone
     PLAIN = "plain"                  # a call whose result is not planned (no tensor output)
+    SUPERSEDED = "superseded"        # torch's range assert below a data-dependent size's
+    #                                  planned bound (limits.py): the bound check replaces it
     DATA_DEPENDENT = "data-dependent"  # output sizes known only after it runs: bound, copied in
     VIEW = "view"                    # a real view of its base's planned memory
     IN_PLACE = "in-place"            # writes its result over an argument's storage (twin op)
@@ -185,6 +187,22 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
     return Kind.FALLBACK, False, None
 
 
+def _superseded_assert(node: torch.fx.Node, prefix: str, facts: ProgramFacts) -> bool:
+    """True for an assert ``sym_size(v, d) <= N`` where ``v``'s planned bound at ``d`` is above
+    ``N``: torch derived it from a fake kernel's too-small bound, which ``limits.py`` widened
+    (a ``torch._check`` bound is never widened, so its assert is kept)."""
+    condition = node.args[0] if node.target is torch.ops.aten._assert_scalar.default else None
+    if not (isinstance(condition, torch.fx.Node) and condition.target is operator.le
+            and isinstance(condition.args[1], int)):
+        return False
+    size = condition.args[0]
+    if not (isinstance(size, torch.fx.Node) and size.target is torch.ops.aten.sym_size.int):
+        return False
+    value, dim = size.args
+    spec = facts.specs.get(prefix + value.name)
+    return isinstance(spec, TensorSpec) and spec.shape[dim] > condition.args[1]
+
+
 def _lower_placeholder(name: str, prefix: str, facts: ProgramFacts) -> tuple[Kind, bool]:
     if prefix:
         return Kind.SUBGRAPH_INPUT, False
@@ -218,6 +236,8 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
                                  "export the model with torch.export")
     elif node.target is operator.getitem:
         kind, frame = Kind.GETITEM, inputs_per_frame
+    elif _superseded_assert(node, prefix, facts):
+        kind, frame = Kind.SUPERSEDED, True
     elif isinstance(node.target, torch._ops.OpOverload):
         kind, frame, kernel = _lower_op(node, name, facts, inputs_per_frame)
     elif control_flow_op(node) is not None:

@@ -253,6 +253,7 @@ BUILDERS: dict[Kind, Callable[[torch.fx.Node, Lowered, StepContext], Built]] = {
     Kind.SUBGRAPH_INPUT: _nothing,
     Kind.SUBGRAPH: _nothing,
     Kind.OUTPUT: _nothing,
+    Kind.SUPERSEDED: _nothing,
     Kind.GETITEM: _getitem,
     Kind.SIZES: _call,
     Kind.PLAIN: _call,

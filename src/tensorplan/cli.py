@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tensorplan import zoo
+from tensorplan.arena_budget import check_arena, parse_bytes
 from tensorplan.bench import BenchRow, bench_target, check_algorithms
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import TensorPlanError
@@ -136,6 +137,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _byte_count(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except TensorPlanError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def add_plan_command(commands: argparse._SubParsersAction) -> None:
     """``tensorplan plan TARGET``: compile a model, print its plan, write the files asked for."""
     parser = commands.add_parser("plan", help="compile a model and print its memory plan")
@@ -152,6 +160,13 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help="offset alignment in bytes (default 16)",
+    )
+    parser.add_argument(
+        "--max-arena",
+        type=_byte_count,
+        default=None,
+        metavar="N",
+        help="fail (exit 2) unless the arena fits N bytes (262144, 256KiB, 1.5MB)",
     )
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
@@ -214,6 +229,9 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.specs:
         console.print(spec_table(program.specs))
     console.print(plan_summary(program))
+    headroom = check_arena(program.plan, args.max_arena)
+    if headroom is not None:
+        print(f"fits the budget of {args.max_arena:,} B with {headroom:,} B to spare")
     _write_outputs(program, args)
     return 0
 

@@ -14,6 +14,7 @@ import torch
 from torch.export import ExportedProgram
 
 from .alias import AliasTable, analyze, planned_specs
+from .arena_budget import check_arena
 from .artifact import read_artifact, write_artifact
 from .capture import capture
 from .errors import PlanError
@@ -102,11 +103,13 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
             args: tuple[Any, ...] | None = None, kwargs: Mapping[str, Any] | None = None, *,
             dynamic_shapes: Any = None, algorithm: str = "auto", alignment: int = 16,
             time_limit: float | None = None,
-            planner_params: PlannerParams | None = None) -> Program:
+            planner_params: PlannerParams | None = None,
+            max_arena_bytes: int | None = None) -> Program:
     """Capture (unless given a program), propagate, analyse aliasing, plan and verify.
 
     Dynamic dims are planned at their upper bounds. ``planner_params`` tunes the planners
-    (None: the defaults). The returned plan has been verified.
+    (None: the defaults). The returned plan has been verified. ``max_arena_bytes``: an arena
+    above it raises ``PlanError`` (how much over, the peak step and what is live there).
 
     >>> prog = compile(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
     >>> prog.plan.arena_bytes, prog.plan.lower_bound_bytes
@@ -120,6 +123,7 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,
                           params=PlannerParams() if planner_params is None else planner_params)
     plan = plan_memory(lifetimes(program, alias), alias, options)
+    check_arena(plan, max_arena_bytes)
     if os.environ.get("TENSORPLAN_DEBUG") == "1":
         print(f"tensorplan: {len(specs)} values, {len(plan.storages)} storages, arena "
               f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B, "

@@ -10,16 +10,18 @@ Worked example: a linear layer ``y = x @ W.T + b`` with ``x: Dim('b', max=64) x 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 
 from .bounds import Limits, upper_bound
+from .errors import UnboundedShapeError
 from .layout import dense_strides, traced_dim_order, view_strides
 from .limits import output_limits
 from .roles import Roles, read_roles
-from .spec import Entry, SpecTable, TensorSpec
+from .spec import MAX_BYTES, Entry, SpecTable, TensorSpec
 from .trace import TracedValue, carried_spec, retrace
 
 
@@ -38,12 +40,15 @@ def tensor_spec(value: torch.Tensor, where: str, const: bool = False,
     shape = tuple(upper_bound(size, f"dim {i} of {where}", limits)
                   for i, size in enumerate(sym_shape))
     dim_order = traced_dim_order(value)
-    numel = 1
-    for size in shape:
-        numel *= size
+    nbytes = math.prod(shape) * value.dtype.itemsize
+    if nbytes > MAX_BYTES:
+        raise UnboundedShapeError(
+            f"propagate: {where} would take {nbytes:,} B at its upper-bound shape {shape}, "
+            "more than a 64-bit size holds; lower its bounds (the Dim maxima, or "
+            "torch._check(size <= N) after a data-dependent op)")
     return TensorSpec(shape=shape, sym_shape=sym_shape, dtype=value.dtype, dim_order=dim_order,
                       strides=dense_strides(shape, dim_order),
-                      nbytes=numel * value.dtype.itemsize, const=const,
+                      nbytes=nbytes, const=const,
                       view_strides=view_strides(value, dim_order))
 
 

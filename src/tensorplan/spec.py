@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+MAX_BYTES = 2**63 - 1  # the largest byte count a 64-bit signed size (torch, C) holds
+
 
 @dataclass(frozen=True)
 class TensorSpec:

@@ -1,10 +1,11 @@
 """Random programs through the whole pipeline: compile -> verify -> run equals eager.
 
-Each program mixes elementwise, broadcast, view, reduction, cat/split, matmul and
-layout-changing ops on random shapes (size-1 dims included), dtypes (float32, float16, int64,
-bool) and input layouts (contiguous, channels_last, a permuted view), with and without a dynamic
-dim. The ops are drawn against the example values, so every drawn program runs eagerly; one
-torch.export cannot capture (a guard on the dynamic dim) is discarded. Every failure this test
+Each program mixes elementwise, broadcast, view, reduction, cat/split, matmul, layout-changing
+and data-dependent (``nonzero``, a broadcast ``masked_select``) ops on random shapes (size-1 dims
+included), dtypes (float32, float16, int64, bool) and input layouts (contiguous, channels_last, a
+permuted view), with and without a dynamic dim. The ops are drawn against the example values, so
+every drawn program runs eagerly; one torch.export cannot capture (a guard on the dynamic dim) is
+discarded. Every failure this test
 found is replayed by name in ``test_fuzz_regressions.py``.
 """
 
@@ -110,7 +111,18 @@ def _candidates(values: list[torch.Tensor], i: int) -> dict[str, list[Choice]]:
              "matmul": ([("matmul", (), ()), ("batched_matmul", (), ())]
                         if a.dim() >= 2 and a.dtype in NUMBERS else []),
              "layout": _layout(a)}
+    kinds["data-dependent"] = [("nonzero", (), ())] + [
+        ("masked_select", (j,), ()) for j, b in enumerate(values)
+        if b.dtype != torch.bool and _broadcasts(a.shape, b.shape)]
     return {kind: ops for kind, ops in kinds.items() if ops}
+
+
+def _broadcasts(a: torch.Size, b: torch.Size) -> bool:
+    try:
+        torch.broadcast_shapes(a, b)
+    except RuntimeError:
+        return False
+    return True
 
 
 @st.composite

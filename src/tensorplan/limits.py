@@ -45,8 +45,17 @@ Rule = Callable[[Sequence[Shape | None], Sequence[Any]], Limit]
 
 
 def _masked_select(shapes: Sequence[Shape | None], args: Sequence[Any]) -> Limit:
-    selected = math.prod(torch.broadcast_shapes(shapes[0], shapes[1]))
-    return Limit(most=selected, torch_bound=math.prod(shapes[0]))
+    return Limit(most=math.prod(_broadcast_bound(shapes[0], shapes[1])),
+                 torch_bound=math.prod(shapes[0]))
+
+
+def _broadcast_bound(a: Shape, b: Shape) -> Shape:
+    """Upper bounds of the broadcast shape, from the upper bounds of two shapes: the larger of
+    each aligned pair (upper bounds need not broadcast themselves: ``(s, 2)`` with ``(2, s)``
+    broadcasts only where ``s`` is 2, yet bounds to ``(64, 2)`` and ``(2, 64)``)."""
+    rank = max(len(a), len(b))
+    a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
+    return tuple(max(x, y) for x, y in zip(a, b, strict=True))
 
 
 def _numel(shapes: Sequence[Shape | None], args: Sequence[Any]) -> Limit:

@@ -163,8 +163,8 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
               inputs_per_frame: bool) -> tuple[Kind, bool, Any]:
     """(kind, per_frame, kernel) of an ATen op node."""
     op = node.target
-    if node.meta.get("unbacked_bindings"):
-        return Kind.DATA_DEPENDENT, False, None
+    if node.meta.get("unbacked_bindings") or torch.Tag.dynamic_output_shape in op.tags:
+        return Kind.DATA_DEPENDENT, False, None  # (a size export fixed is checked, not trusted)
     if all(s is None for s in facts.items(name)) or not op._schema.returns:
         if returns_sizes(op):
             return Kind.SIZES, inputs_per_frame, None

@@ -22,7 +22,7 @@ import tensorplan as tp
 DTYPES = (torch.float32, torch.float16, torch.int64, torch.bool)
 FLOATS = (torch.float32, torch.float16)
 NUMBERS = (torch.float32, torch.float16, torch.int64)
-MAX_STEPS = 6
+MAX_STEPS = 8
 
 
 @st.composite
@@ -150,7 +150,7 @@ def recipes(draw) -> Recipe:
 
 
 @pytest.mark.slow
-@settings(max_examples=120, deadline=None, derandomize=True, print_blob=True,
+@settings(max_examples=350, deadline=None, derandomize=True, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.data_too_large])
 @given(recipes())

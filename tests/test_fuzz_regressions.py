@@ -32,9 +32,9 @@ def test_a_data_dependent_size_that_export_fixed_is_checked_not_trusted():
     expand of size 1 would be a different program) and fixes the size to 3, so the node had no
     unbacked binding and ran as an out-variant: one selected element gave ``[3, 0, 0]`` where
     eager gives ``[3, 3, 3]``, silently. Fixed in the runtime: an op tagged
-    ``dynamic_output_shape`` always runs as data-dependent and its result must have the sizes
-    the program was traced for, else ``InputError`` (``ExportedProgram.module()`` refuses the
-    input too)."""
+    ``dynamic_output_shape`` whose size export fixed runs as data-dependent (``lower.py``) and
+    its result must have the sizes the program was traced for, else ``InputError``
+    (``unbacked.py``; ``ExportedProgram.module()`` refuses the input too)."""
     recipe = Recipe(inputs=(Input((2,), torch.int64, "contiguous", dynamic_dim=0),),
                     steps=(Step("masked_select", (0, 0)), Step("expand", (1,), (("dim", 0),))),
                     outputs=(2,))

@@ -37,7 +37,7 @@ from ..roles import Role, Roles
 from ..schemas import inplace_variant, is_view, returns_sizes
 from ..spec import SpecTable, TensorSpec
 from .kernels import NATIVE_INTO, out_variant
-from .shapes import SymbolicShape
+from .shapes import SymbolicShape, canonical
 
 
 class Kind(enum.Enum):
@@ -159,12 +159,21 @@ def _copy_then_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> 
             and base.sym_shape == items[0].sym_shape and base.dtype == items[0].dtype)
 
 
+def _size_fixed_by_export(op: torch._ops.OpOverload, name: str, facts: ProgramFacts) -> bool:
+    """A data-dependent op whose output size export replaced by a number it assumed from a
+    later use (``masked_select(...).expand(3)``): it runs as data-dependent, so that its
+    result is checked against that number rather than trusted."""
+    return torch.Tag.dynamic_output_shape in op.tags and any(
+        isinstance(size, torch.SymInt) and isinstance(canonical(size), int)
+        for spec in facts.items(name) if spec is not None for size in spec.sym_shape)
+
+
 def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
               inputs_per_frame: bool) -> tuple[Kind, bool, Any]:
     """(kind, per_frame, kernel) of an ATen op node."""
     op = node.target
-    if node.meta.get("unbacked_bindings") or torch.Tag.dynamic_output_shape in op.tags:
-        return Kind.DATA_DEPENDENT, False, None  # (a size export fixed is checked, not trusted)
+    if node.meta.get("unbacked_bindings") or _size_fixed_by_export(op, name, facts):
+        return Kind.DATA_DEPENDENT, False, None
     if all(s is None for s in facts.items(name)) or not op._schema.returns:
         if returns_sizes(op):
             return Kind.SIZES, inputs_per_frame, None

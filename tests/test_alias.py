@@ -7,9 +7,12 @@ from shared_models import Fn
 
 import tensorplan as tp
 
+# The alias stage alone: no in-place reuse, reordering or folding on top (test_reuse.py).
+ALIAS_ONLY = {"reuse": False, "reorder": False, "fold": False}
+
 
 def compiled(fn, *args):
-    return tp.compile(Fn(fn), args)
+    return tp.compile(Fn(fn), args, **ALIAS_ONLY)
 
 
 def storage(prog: tp.Program, name: str) -> int | None:
@@ -29,7 +32,7 @@ def test_views_share_storage_and_cost_nothing():
 
 
 def test_linear_weight_transpose_is_a_constant_view():
-    prog = tp.compile(torch.nn.Linear(8, 4), (torch.randn(2, 8),))
+    prog = tp.compile(torch.nn.Linear(8, 4), (torch.randn(2, 8),), **ALIAS_ONLY)
     assert prog.specs["permute"].storage is None and prog.specs["p_weight"].storage is None
     assert prog.specs["permute"].const  # a view of a constant is constant data
     assert prog.plan.arena_bytes == 64 + 32  # input + output only
@@ -49,7 +52,7 @@ def test_same_tensor_returned_twice_is_one_storage():
             y = x * 2
             return y, y
 
-    prog = tp.compile(Twice(), (torch.randn(5),))
+    prog = tp.compile(Twice(), (torch.randn(5),), **ALIAS_ONLY)
     assert len([s for s in prog.plan.storages.values() if s.kind == "activation"]) == 1
     mul = prog.plan.storages[storage(prog, "mul")]
     assert mul.end == len(list(prog.exported_program.graph.nodes))
@@ -76,7 +79,7 @@ class Counter(torch.nn.Module):
 
 
 def test_buffers_updated_in_place_are_one_state_storage_for_the_whole_program():
-    prog = tp.compile(Counter(), (torch.randn(2, 4), torch.tensor([1, 3])))
+    prog = tp.compile(Counter(), (torch.randn(2, 4), torch.tensor([1, 3])), **ALIAS_ONLY)
     steps = len(list(prog.exported_program.graph.nodes))
     for buffer, update in (("b_count", "add"), ("b_table", "index_put")):
         sid = storage(prog, buffer)
@@ -89,7 +92,7 @@ def test_buffers_updated_in_place_are_one_state_storage_for_the_whole_program():
 def test_kv_cache_index_copy_shares_the_cache_storage():
     from tensorplan.zoo import KVCache
 
-    prog = tp.compile(KVCache(), (torch.randn(1, 32), torch.tensor([2])))
+    prog = tp.compile(KVCache(), (torch.randn(1, 32), torch.tensor([2])), **ALIAS_ONLY)
     for buffer in ("b_k_cache", "b_v_cache"):
         sid = storage(prog, buffer)
         assert prog.plan.storages[sid].kind == "state"
@@ -110,7 +113,7 @@ def test_state_set_from_an_input_is_written_back_not_shared():
             self.acc.copy_(x)
             return y + self.acc
 
-    prog = tp.compile(CopyIn(), (torch.randn(3),))
+    prog = tp.compile(CopyIn(), (torch.randn(3),), **ALIAS_ONLY)
     acc = prog.alias.state_of["b_acc"]
     # the new state *is* the user's input: it cannot move into the state storage
     assert storage(prog, "x") != acc
@@ -126,7 +129,7 @@ class TwoConds(torch.nn.Module):
 
 
 def test_outputs_of_consecutive_conds_do_not_overlap():
-    prog = tp.compile(TwoConds(), (torch.randn(16, 4), torch.randn(2)))
+    prog = tp.compile(TwoConds(), (torch.randn(16, 4), torch.randn(2)), **ALIAS_ONLY)
     first = prog.plan.storages[prog.specs["getitem"].storage]
     second = prog.plan.storages[prog.specs["getitem_1"].storage]
     assert first.id != second.id

@@ -40,7 +40,8 @@ def _example(name: str) -> zoo.Example:
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> tuple[tp.Program, Path]:
-    program = tp.compile(Chain(), (torch.randn(4),))
+    # one storage per value, so the edits below have several storages to break
+    program = tp.compile(Chain(), (torch.randn(4),), reuse=False, reorder=False, fold=False)
     path = tmp_path_factory.mktemp("saved") / "chain.tpz"
     program.save(path)
     return program, path
@@ -77,12 +78,13 @@ def test_a_loaded_program_saves_and_loads_again(saved, tmp_path):
 def test_write_and_read_artifact_pass_the_parts_without_a_program(saved, tmp_path):
     program, _ = saved
     write_artifact(tmp_path / "parts.tpz", program.exported_program, program.roles, program.specs,
-                   program.plan)
+                   program.plan, program.schedule)
     parts = read_artifact(tmp_path / "parts.tpz")
     assert isinstance(parts, ArtifactParts)
     assert parts.plan == program.plan
     assert dict(parts.specs.tensors()).keys() == dict(program.specs.tensors()).keys()
-    assert parts.alias.storage_of == program.alias.storage_of
+    assert parts.schedule.alias.storage_of == program.alias.storage_of
+    assert parts.schedule.order == program.schedule.order
     assert parts.roles == program.roles
 
 

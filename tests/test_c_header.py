@@ -101,7 +101,8 @@ def test_the_c_side_finds_no_overlap_and_every_offset_aligned(name, tmp_path):
 
 
 def test_the_c_side_catches_two_live_values_at_one_offset(tmp_path):
-    program = _program("mlp")
+    e = zoo.example("mlp")  # one storage per value, so addmm and gelu have their own
+    program = tp.compile(e.model, e.args, reuse=False, reorder=False, fold=False)
     storages = program.plan.storages  # addmm [6, 8) and gelu [7, 10) are live together at 7
     moved = dataclasses.replace(storages[2], offset=storages[1].offset + 16)
     broken = dataclasses.replace(program, plan=dataclasses.replace(

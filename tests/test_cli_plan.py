@@ -60,9 +60,10 @@ def test_zoo_target_prints_the_plan_only(capsys, mlp_arena):
     assert main(["plan", "zoo:mlp"]) == 0
     out = capsys.readouterr().out
     assert "Tensor specs" not in out
-    assert _field(out, "arena") == "16,384 B (16.0 KiB)" == f"{mlp_arena:,} B (16.0 KiB)"
-    assert _field(out, "storages") == "4 (3 activation, 1 input)"
-    assert "Largest 4 of 4 storages" in out
+    assert _field(out, "arena") == "10,240 B (10.0 KiB)" == f"{mlp_arena:,} B (10.0 KiB)"
+    assert _field(out, "storages") == "3 (2 activation, 1 input)"  # gelu writes over addmm
+    assert _field(out, "baseline bound") == "16,384 B (16.0 KiB) (arena 0.62x)"
+    assert "Largest 3 of 3 storages" in out
 
 
 def test_specs_flag_prints_the_spec_table_first(capsys):
@@ -124,9 +125,11 @@ def test_torch_export_file_target(tmp_path, capsys):
 
 
 def test_factory_targets(factories, capsys):
-    assert main(["plan", f"{factories}:pair"]) == 0
-    assert _field(capsys.readouterr().out, "arena") == "32 B"
+    assert main(["plan", f"{factories}:pair"]) == 0  # x -> relu -> neg in one storage
+    assert _field(capsys.readouterr().out, "arena") == "16 B"
     assert main(["plan", f"{factories}:example"]) == 0
+    assert _field(capsys.readouterr().out, "arena") == "64 B"
+    assert main(["plan", f"{factories}:example", "--no-reuse"]) == 0
     assert _field(capsys.readouterr().out, "arena") == "128 B"
 
 

@@ -73,11 +73,13 @@ def test_version():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """A directory with ``models.py``, the plans of ``small`` and ``wide`` as JSON and saved."""
+    """A directory with ``models.py``, the plans of ``small`` and ``wide`` as JSON and saved,
+    one storage per value in graph order (so each value is a row of the diff)."""
     where = tmp_path_factory.mktemp("models")
     (where / "models.py").write_text(MODELS)
     for name in ("small", "wide"):
-        done = tensorplan("plan", f"models:{name}", "--json", f"{name}.json", "--save",
+        done = tensorplan("plan", f"models:{name}", "--no-reuse", "--no-reorder", "--no-fold",
+                          "--json", f"{name}.json", "--save",
                           f"{name}.tplan", "--html", f"{name}.html", "--timeline",
                           f"{name}.svg", "--header", f"{name}.h", cwd=where)
         assert done.returncode == 0, done.stderr

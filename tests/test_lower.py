@@ -49,7 +49,7 @@ def test_lowering_table_of_a_small_model_names_how_every_node_runs():
         ("x", "placeholder", "input", True),
         ("add", "aten.add.Tensor", "in-place", False),      # the new count, in its buffer
         ("convolution", "aten.convolution.default", "fallback", False),
-        ("relu", "aten.relu.default", "copy+in-place", False),  # relu.out is generated
+        ("relu", "aten.relu.default", "in-place", False),   # over the dying convolution
         ("view", "aten.view.default", "view", True),        # a view of the planned relu
         ("permute", "aten.permute.default", "view", True),
         ("addmm", "aten.addmm.default", "out", False),

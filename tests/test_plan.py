@@ -15,9 +15,12 @@ from tensorplan import validate, zoo
 from tensorplan.liveness import lifetimes
 from tensorplan.validate import ViolationKind
 
+# The plan stage on the graph order with one storage per value (test_reuse.py covers the rest).
+GRAPH_ORDER = {"reuse": False, "reorder": False, "fold": False}
+
 
 def test_lifetimes_are_half_open_over_graph_order():
-    prog = tp.compile(Chain(), (torch.randn(4),))
+    prog = tp.compile(Chain(), (torch.randn(4),), **GRAPH_ORDER)
     lives = lifetimes(prog.exported_program, prog.alias)[""]
     by_storage = {lt.storage: (lt.start, lt.end) for lt in lives.lifetimes}
     # steps: 0 x, 1 relu, 2 neg, 3 output
@@ -29,7 +32,7 @@ def test_lifetimes_are_half_open_over_graph_order():
 
 
 def test_verify_catches_an_overlapping_plan():
-    prog = tp.compile(Chain(), (torch.randn(4),))
+    prog = tp.compile(Chain(), (torch.randn(4),), **GRAPH_ORDER)
     relu = prog.specs["relu"].storage
     neg = prog.specs["neg"].storage
     storages = dict(prog.plan.storages)
@@ -40,7 +43,7 @@ def test_verify_catches_an_overlapping_plan():
 
 
 def test_verify_catches_a_misaligned_offset():
-    prog = tp.compile(Chain(), (torch.randn(4),))
+    prog = tp.compile(Chain(), (torch.randn(4),), **GRAPH_ORDER)
     storages = dict(prog.plan.storages)
     sid = prog.specs["neg"].storage
     storages[sid] = dataclasses.replace(storages[sid], offset=storages[sid].offset + 4)
@@ -57,7 +60,7 @@ def test_a_valid_plan_has_no_violations():
 
 
 def test_violations_name_the_overlapping_storages():
-    prog = tp.compile(Chain(), (torch.randn(4),))
+    prog = tp.compile(Chain(), (torch.randn(4),), **GRAPH_ORDER)
     relu, neg = prog.specs["relu"].storage, prog.specs["neg"].storage
     storages = dict(prog.plan.storages)
     storages[neg] = dataclasses.replace(storages[neg], offset=storages[relu].offset)
@@ -67,7 +70,7 @@ def test_violations_name_the_overlapping_storages():
 
 
 def test_violations_report_a_misaligned_storage():
-    prog = tp.compile(Chain(), (torch.randn(4),))
+    prog = tp.compile(Chain(), (torch.randn(4),), **GRAPH_ORDER)
     sid = prog.specs["neg"].storage
     storages = dict(prog.plan.storages)
     storages[sid] = dataclasses.replace(storages[sid], offset=storages[sid].offset + 4)
@@ -76,7 +79,7 @@ def test_violations_report_a_misaligned_storage():
 
 
 def test_violations_report_storages_beyond_the_arena():
-    prog = tp.compile(Chain(), (torch.randn(4),))
+    prog = tp.compile(Chain(), (torch.randn(4),), **GRAPH_ORDER)
     small = dataclasses.replace(prog.plan, arena_bytes=prog.plan.arena_bytes - 16)
     above = [s.id for s in prog.plan.storages.values()
              if s.offset + s.size > prog.plan.arena_bytes - 16]
@@ -108,7 +111,7 @@ def test_each_plan_is_checked_exactly_once(monkeypatch):
 
     monkeypatch.setattr(validate, "find_violations", counting)  # plan_buffers' check
     monkeypatch.setattr(plan_stage, "find_violations", counting)  # the MemoryPlan's check
-    prog = tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)))
+    prog = tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)), **GRAPH_ORDER)
     per_graph = {}
     for item in [*prog.plan.storages.values(), *prog.plan.regions]:
         per_graph[item.graph] = per_graph.get(item.graph, 0) + 1
@@ -166,7 +169,7 @@ def test_zoo_models_plan_at_the_lower_bound(name):
 
 
 def test_storage_first_and_last_steps_are_inclusive():
-    prog = tp.compile(Chain(), (torch.randn(4),))
+    prog = tp.compile(Chain(), (torch.randn(4),), **GRAPH_ORDER)
     relu = prog.plan.storages[prog.specs["relu"].storage]
     assert (relu.first, relu.last) == (1, 2)  # defined at step 1, last read by neg at step 2
 

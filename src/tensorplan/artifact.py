@@ -32,12 +32,14 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from .alias import AliasTable, analyze, planned_specs
+from .alias import AliasTable, planned_specs
 from .encoding import (
     Fields,
+    SavedSchedule,
     check_kind,
     check_values,
     decode_plan,
+    decode_schedule,
     encode_plan,
     parse_json,
     verify_decoded,
@@ -48,6 +50,7 @@ from .plan import MemoryPlan, PlannedStorage
 from .propagate import propagate
 from .pt2 import load_exported
 from .roles import Roles, read_roles
+from .schedule import Schedule, replay
 from .spec import SpecTable
 
 FORMAT = "tensorplan.program"  # the manifest's "format"
@@ -63,13 +66,14 @@ class ArtifactParts:
 
     exported_program: ExportedProgram  # the embedded core-ATen program, as stored
     specs: SpecTable                   # every value's spec, with its storage id
-    alias: AliasTable                  # which values share storage (derived from the program)
     plan: MemoryPlan                   # the saved plan, field by field
     roles: Roles                       # what every placeholder and output is
+    schedule: Schedule                 # the saved node order, reuse and folding, made again
 
 
 def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgram,
-                   roles: Roles, specs: SpecTable, plan: MemoryPlan) -> None:
+                   roles: Roles, specs: SpecTable, plan: MemoryPlan,
+                   schedule: Schedule | None = None) -> None:
     """Write the program, its specs and its plan to ``path`` (replaced atomically).
 
     ``read_artifact`` reads them back. Raises ``FormatError`` when torch.export cannot
@@ -86,7 +90,7 @@ def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgr
         raise FormatError(f"save: torch.export cannot serialize this program "
                           f"({type(error).__name__}: {message}); {hint}") from error
     manifest = {"format": FORMAT, "version": FORMAT_VERSION, "torch": torch.__version__}
-    document = encode_plan(exported_program, roles, specs, plan)
+    document = encode_plan(exported_program, roles, specs, plan, schedule)
     partial = f"{os.fspath(path)}.{os.getpid()}.partial"
     try:
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -122,12 +126,30 @@ def read_artifact(path: str | os.PathLike[str]) -> ArtifactParts:
     exported = load_exported(contents.program, f"{where}: {PROGRAM_MEMBER}")
     roles = read_roles(exported)
     specs = propagate(exported, roles)
-    alias = analyze(exported, specs, roles)
-    specs = planned_specs(specs, alias)
+    chosen = _replay(decode_schedule(document), exported, specs, roles, document.where)
+    specs = planned_specs(specs, chosen.alias)
     check_values(document, specs)
-    _check_fit(plan, exported, alias, document.where)
-    return ArtifactParts(exported_program=exported, specs=specs, alias=alias, plan=plan,
-                         roles=roles)
+    _check_fit(plan, exported, chosen, document.where)
+    return ArtifactParts(exported_program=exported, specs=specs, plan=plan, roles=roles,
+                         schedule=chosen)
+
+
+def _replay(saved: SavedSchedule, exported: ExportedProgram, specs: SpecTable, roles: Roles,
+            where: str) -> Schedule:
+    """The saved schedule made again on the embedded program. Nodes the deserialiser added
+    (``getitem`` of unused outputs) run right after the node they read."""
+    names = [node.name for node in exported.graph.nodes]
+    order = list(saved.order) if saved.order is not None else names
+    unknown = set(order) - set(names)
+    if unknown or len(set(order)) != len(order):
+        raise FormatError(f"{where}: schedule: the order names nodes the embedded program "
+                          f"does not have ({', '.join(sorted(unknown)) or 'repeated names'})")
+    for node in exported.graph.nodes:
+        if node.name not in order:
+            after = max(order.index(n.name) for n in node.all_input_nodes)
+            order.insert(after + 1, node.name)
+    return replay(exported, specs, roles, tuple(order), saved.order_name, saved.reuse,
+                  saved.fold)
 
 
 def read_plan(path: str | os.PathLike[str]) -> Fields:
@@ -171,14 +193,15 @@ def _member(archive: zipfile.ZipFile, name: str, where: str) -> bytes:
     return archive.read(name)
 
 
-def _check_fit(plan: MemoryPlan, program: ExportedProgram, alias: AliasTable,
+def _check_fit(plan: MemoryPlan, program: ExportedProgram, chosen: Schedule,
                where: str) -> None:
     """The plan places exactly the program's storages, each big enough, safe for its schedule.
 
-    The program's schedule is recomputed from its graph, so a plan saved with edited
-    lifetimes (or a graph whose steps moved) is checked against the steps that will run.
+    The lifetimes are recomputed from the graph and the saved order, so a plan saved with
+    edited lifetimes (or a graph whose steps moved) is checked against the steps that will run.
     """
-    lives = lifetimes(program, alias)
+    alias = chosen.alias
+    lives = lifetimes(program, alias, chosen.order)
     spans = {lt.storage: lt for graph in lives.values() for lt in graph.lifetimes}
     steps = {r.node: r for graph in lives.values() for r in graph.regions}
     if set(spans) != set(plan.storages):

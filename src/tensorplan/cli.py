@@ -41,7 +41,8 @@ from tensorplan.report.diff import diff_plans, diff_report, read_plan_file
 from tensorplan.report.html import placement_plan, write_html, write_page
 from tensorplan.report.timeline import plot_plan
 from tensorplan.runtime.lower import explain
-from tensorplan.targets import FORMS, load_example, load_target, target_name
+from tensorplan.schedule import ScheduleOptions
+from tensorplan.targets import FORMS, CompileOptions, load_example, load_target, target_name
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
 WIDE = 160  # console width when stdout is not a terminal (files, pipes, tests)
@@ -137,6 +138,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _target_command(commands: argparse._SubParsersAction, name: str,
+                    summary: str) -> argparse.ArgumentParser:
+    """A subcommand that takes one TARGET (zoo:NAME, module:factory or a file)."""
+    parser = commands.add_parser(name, help=summary)
+    parser.add_argument("target", help=FORMS)
+    return parser
+
+
 def _byte_count(text: str) -> int:
     try:
         return parse_bytes(text)
@@ -146,8 +155,7 @@ def _byte_count(text: str) -> int:
 
 def add_plan_command(commands: argparse._SubParsersAction) -> None:
     """``tensorplan plan TARGET``: compile a model, print its plan, write the files asked for."""
-    parser = commands.add_parser("plan", help="compile a model and print its memory plan")
-    parser.add_argument("target", help=FORMS)
+    parser = _target_command(commands, "plan", "compile a model and print its memory plan")
     parser.add_argument(
         "--algorithm",
         default=None,
@@ -168,6 +176,11 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="fail (exit 2) unless the arena fits N bytes (262144, 256KiB, 1.5MB)",
     )
+    for switch, what in (("reuse", "in-place reuse of dying inputs"),
+                         ("reorder", "the memory-aware node order"),
+                         ("fold", "folding values of constants at compile time")):
+        parser.add_argument(f"--no-{switch}", dest=switch, action="store_false",
+                            help=f"plan without {what}")
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
@@ -177,14 +190,17 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run_plan)
 
 
-def _params(args: argparse.Namespace) -> PlanOptions | None:
-    """Planner options given on the command line, or None when none was given."""
+def _params(args: argparse.Namespace) -> CompileOptions | None:
+    """Compile options given on the command line, or None when none was given."""
     given = {
         key: value
         for key in ("algorithm", "alignment")
         if (value := getattr(args, key)) is not None
     }
-    return dataclasses.replace(PlanOptions(), **given) if given else None
+    switches = ScheduleOptions(args.reuse, args.reorder, args.fold)
+    if not given and switches == ScheduleOptions():
+        return None
+    return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches)
 
 
 def _write_outputs(program: Program, args: argparse.Namespace) -> None:
@@ -238,8 +254,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def add_run_command(commands: argparse._SubParsersAction) -> None:
     """``tensorplan run TARGET``: run a model out of its arena and compare it with eager."""
-    parser = commands.add_parser("run", help="run a model out of its arena, compare with eager")
-    parser.add_argument("target", help=FORMS)
+    parser = _target_command(commands, "run", "run a model out of its arena, compare with eager")
     parser.add_argument(
         "--runs",
         type=_positive_int,

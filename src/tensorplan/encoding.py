@@ -21,10 +21,12 @@ from .alias import StorageKind
 from .errors import FormatError, PlanError
 from .plan import MemoryPlan, PlannedRegion, PlannedStorage
 from .roles import Roles
+from .schedule import Schedule
 from .spec import SpecTable, TensorSpec
 
 SCHEMA = "tensorplan.plan"  # the "schema" field of every plan document
-SCHEMA_VERSION = 1          # bumped whenever a field changes meaning or disappears
+SCHEMA_VERSION = 2          # bumped whenever a field changes meaning or disappears (2: the
+#                             schedule: node order, reuse, folding; storages hold reused values)
 CHECKED_FIELDS = ("storage", "shape", "dtype", "dim_order", "strides", "nbytes", "const")
 
 
@@ -74,15 +76,42 @@ def _graph_info(exported_program: ExportedProgram, roles: Roles, name: str) -> d
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class SavedSchedule:
+    """What a loader needs to make a program's schedule again (``schedule.replay``)."""
+
+    order: tuple[str, ...] | None  # top-level node names in run order (None: graph order)
+    order_name: str                # exported | memory-greedy | depth-first
+    reuse: bool                    # in-place reuse ran
+    fold: bool                     # constants were folded
+
+
+def _schedule(schedule: Schedule | None) -> dict[str, Any]:
+    if schedule is None:
+        return {"order": None, "reuse": False, "fold": False, "reuses": [], "slices": {}}
+    return {"order": list(schedule.order), "reuse": schedule.reuse,
+            "fold": bool(schedule.folded.computed),
+            "reuses": [[r.value, r.overwrites] for r in schedule.reuses],
+            "slices": {value: {"offset": where.offset, "strides": list(where.strides)}
+                       for value, where in schedule.alias.slices.items()}}
+
+
 def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTable,
-                plan: MemoryPlan, name: str = "model") -> dict[str, Any]:
+                plan: MemoryPlan, schedule: Schedule | None = None,
+                name: str = "model") -> dict[str, Any]:
     """The plan and every tensor value's spec as a JSON-ready dict.
 
     Holds ``schema``/``version``, ``model`` (name, user inputs and outputs, node count), the
     plan's numbers (``arena_bytes``, ``lower_bound_bytes``, ``alignment``, ``algorithm``,
-    ``optimal``), ``storages`` and ``regions`` (their dataclass fields), and ``values``: one
-    entry per tensor value (see ``value_to_json``), items of multi-output values as
-    ``name[i]``. ``decode_plan`` reads the plan back.
+    ``optimal``, ``baseline_bound_bytes``, ``order``, ``constant_bytes``,
+    ``baseline_constant_bytes``), ``schedule`` (the node order, whether reuse and folding ran,
+    each reuse as ``[value, overwritten value]``, and ``slices``: each value made in place in
+    a concatenation, with its byte offset inside its storage and its element strides),
+    ``storages`` and ``regions`` (their
+    dataclass fields; a storage lists every value it holds, reused ones included), and
+    ``values``: one entry per tensor value (see ``value_to_json``), items of multi-output
+    values as ``name[i]``. ``decode_plan`` reads the plan back, ``decode_schedule`` the
+    schedule.
     """
     return {
         "schema": SCHEMA,
@@ -93,6 +122,11 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
         "alignment": plan.alignment,
         "algorithm": plan.algorithm,
         "optimal": plan.optimal,
+        "baseline_bound_bytes": plan.baseline_bound_bytes,
+        "order": plan.order,
+        "constant_bytes": plan.constant_bytes,
+        "baseline_constant_bytes": plan.baseline_constant_bytes,
+        "schedule": _schedule(schedule),
         "storages": [_record(plan.storages[sid]) for sid in sorted(plan.storages)],
         "regions": [_record(region) for region in plan.regions],
         "values": [value_to_json(value, spec) for value, spec in specs.tensors()],
@@ -199,9 +233,24 @@ def decode_plan(document: Fields) -> MemoryPlan:
                       lower_bound_bytes=document.get("lower_bound_bytes", int),
                       algorithm=document.get("algorithm", str), alignment=alignment,
                       optimal=document.get("optimal", bool), storages=by_id,
-                      regions=tuple(_region(r) for r in document.objects("regions")))
+                      regions=tuple(_region(r) for r in document.objects("regions")),
+                      baseline_bound_bytes=document.get("baseline_bound_bytes", int),
+                      order=document.get("order", str),
+                      constant_bytes=document.get("constant_bytes", int),
+                      baseline_constant_bytes=document.get("baseline_constant_bytes", int))
     verify_decoded(plan, f"{document.where}: the saved plan is invalid")
     return plan
+
+
+def decode_schedule(document: Fields) -> SavedSchedule:
+    """The schedule a document written by ``encode_plan`` holds (not yet checked against a
+    program)."""
+    saved = Fields(document.get("schedule", dict), f"{document.where}: schedule")
+    order = saved.data.get("order")
+    if order is not None:
+        order = saved.items("order", str)
+    return SavedSchedule(order, document.get("order", str), saved.get("reuse", bool),
+                         saved.get("fold", bool))
 
 
 def verify_decoded(plan: MemoryPlan, problem: str) -> None:

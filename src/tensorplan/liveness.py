@@ -12,7 +12,7 @@ Worked example (``x -> relu -> neg -> output``; steps 0..3):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +21,7 @@ from torch.export import ExportedProgram
 
 from .alias import AliasTable
 from .control_flow import control_flow_op
+from .order import scheduled_nodes
 
 
 @dataclass(frozen=True)
@@ -65,17 +66,17 @@ def _graphs(module: torch.fx.GraphModule, prefix: str) -> Iterator[tuple[str, to
             yield from _graphs(getattr(module, sub.target), f"{prefix}{sub.target}/")
 
 
-def _regions(graph: torch.fx.Graph, prefix: str) -> tuple[RegionUse, ...]:
+def _regions(nodes: Sequence[torch.fx.Node], prefix: str) -> tuple[RegionUse, ...]:
     regions = []
-    for step, node in enumerate(graph.nodes):
+    for step, node in enumerate(nodes):
         subgraphs = tuple(f"{prefix}{sub.target}/" for sub in _subgraphs(node))
         if subgraphs:
             regions.append(RegionUse(prefix + node.name, step, subgraphs))
     return tuple(regions)
 
 
-def _graph_lifetimes(graph: torch.fx.Graph, prefix: str, alias: AliasTable) -> GraphLifetimes:
-    nodes = list(graph.nodes)
+def _graph_lifetimes(nodes: Sequence[torch.fx.Node], prefix: str,
+                     alias: AliasTable) -> GraphLifetimes:
     steps = len(nodes)
     order = {node: i for i, node in enumerate(nodes)}
     first: dict[int, int] = {}
@@ -93,10 +94,16 @@ def _graph_lifetimes(graph: torch.fx.Graph, prefix: str, alias: AliasTable) -> G
         start = 0 if kind in ("input", "state") else start
         end = steps if kind == "state" else last[storage] + 1
         lifetimes.append(Lifetime(storage, start, end))
-    return GraphLifetimes(prefix, steps, tuple(lifetimes), _regions(graph, prefix))
+    return GraphLifetimes(prefix, steps, tuple(lifetimes), _regions(nodes, prefix))
 
 
-def lifetimes(program: ExportedProgram, alias: AliasTable) -> dict[str, GraphLifetimes]:
-    """Lifetimes of every storage and region, per graph (``""`` is the top-level graph)."""
-    return {prefix: _graph_lifetimes(graph, prefix, alias)
+def lifetimes(program: ExportedProgram, alias: AliasTable,
+              schedule: Sequence[str] | None = None) -> dict[str, GraphLifetimes]:
+    """Lifetimes of every storage and region, per graph (``""`` is the top-level graph).
+
+    Steps of the top-level graph follow ``schedule`` (its node names in run order) when given,
+    its graph order otherwise; subgraphs always run in their graph order.
+    """
+    return {prefix: _graph_lifetimes(scheduled_nodes(graph, schedule if not prefix else None),
+                                     prefix, alias)
             for prefix, graph, _ in _graphs(program.graph_module, "")}

@@ -69,12 +69,18 @@ class MemoryPlan:
     """Every storage's offset in one arena, with the bound that no plan can beat."""
 
     arena_bytes: int                        # bytes of the activation arena (aligned)
-    lower_bound_bytes: int                  # largest aligned bytes live at one top-level step
+    lower_bound_bytes: int                  # largest aligned bytes live at one top-level step,
+    #                                         for the chosen order and reuse
     algorithm: str                          # the planner that placed the top-level graph
     alignment: int                          # offset alignment in bytes
     optimal: bool                           # proven minimal for this schedule
     storages: Mapping[int, PlannedStorage]  # storage id -> placement
     regions: tuple[PlannedRegion, ...]      # control-flow regions
+    baseline_bound_bytes: int = 0           # the bound of the exported order with one storage
+    #                                         per value and nothing folded (0: not measured)
+    order: str = "exported"                 # the top-level node order the plan follows
+    constant_bytes: int = 0                 # bytes of the constants the runs read
+    baseline_constant_bytes: int = 0        # bytes of the program's constants before folding
 
     def verify(self) -> None:
         """Raise ``PlanError`` if two storages live at the same step of the same graph overlap,
@@ -164,16 +170,24 @@ def _shifted(item: PlannedStorage | PlannedRegion, base: int) -> PlannedStorage 
     return replace(item, offset=item.offset + base)
 
 
+def draft_plan(lives: Mapping[str, GraphLifetimes], alias: AliasTable,
+               options: PlanOptions = PlanOptions()) -> MemoryPlan:
+    """Place every storage of every graph in one arena, unverified: for comparing candidate
+    schedules (``schedule.py``), whose drafts are thrown away. Use ``plan_memory`` for a plan
+    anything will run."""
+    top = _plan_graph("", lives, alias, options)
+    return MemoryPlan(arena_bytes=top.placement.peak, lower_bound_bytes=top.placement.lower_bound,
+                      algorithm=top.placement.algorithm, alignment=options.alignment,
+                      optimal=top.placement.optimal, storages=top.storages,
+                      regions=tuple(top.regions))
+
+
 def plan_memory(lives: Mapping[str, GraphLifetimes], alias: AliasTable,
                 options: PlanOptions = PlanOptions()) -> MemoryPlan:
     """Place every storage of every graph in one arena and verify the result, once.
 
     Raises ``PlanError`` if verification fails (a planner bug: report it).
     """
-    top = _plan_graph("", lives, alias, options)
-    plan = MemoryPlan(arena_bytes=top.placement.peak, lower_bound_bytes=top.placement.lower_bound,
-                      algorithm=top.placement.algorithm, alignment=options.alignment,
-                      optimal=top.placement.optimal, storages=top.storages,
-                      regions=tuple(top.regions))
+    plan = draft_plan(lives, alias, options)
     plan.verify()
     return plan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -13,18 +14,21 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from .alias import AliasTable, analyze, planned_specs
+from .alias import AliasTable, planned_specs
 from .arena_budget import check_arena
 from .artifact import read_artifact, write_artifact
 from .capture import capture
 from .errors import PlanError
+from .fold import NOTHING_FOLDED, Folded
 from .liveness import lifetimes
+from .order import Order
 from .plan import MemoryPlan, PlanOptions, plan_memory
 from .planners import PlannerParams
 from .propagate import propagate
 from .roles import Roles, read_roles
 from .runtime.lower import Lowered, ProgramFacts, lower_program
 from .runtime.runner import Runner
+from .schedule import Schedule, ScheduleOptions, schedule
 from .spec import SpecTable
 
 
@@ -41,13 +45,26 @@ class Program:
     alias: AliasTable                  # which values share storage
     plan: MemoryPlan                   # offsets of every storage in one arena
     roles: Roles                       # what every placeholder and output is
+    schedule: Schedule | None = None   # node order, reuse and folding (None: graph order,
+    #                                    one storage per value, nothing folded)
     _default: list[Runner] = field(default_factory=list, init=False, repr=False, compare=False)
     _made: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
                                   compare=False)
 
     def runner(self) -> Runner:
         """A new runner with its own arena and state (initial buffer values) and fresh stats."""
-        return Runner(self.exported_program, self.specs, self.alias, self.plan, self.roles)
+        return Runner(self.exported_program, self.specs, self.alias, self.plan, self.roles,
+                      self.folded, self.order)
+
+    @property
+    def order(self) -> Order | None:
+        """Top-level node names in run order (None: graph order)."""
+        return self.schedule.order if self.schedule else None
+
+    @property
+    def folded(self) -> Folded:
+        """The values computed at compile time, kept as constants."""
+        return self.schedule.folded if self.schedule else NOTHING_FOLDED
 
     @property
     def default_runner(self) -> Runner:
@@ -60,11 +77,14 @@ class Program:
     def lowering(self) -> tuple[Lowered, ...]:
         """How every node runs: one row per node of every graph (``tensorplan run --explain``)."""
         return lower_program(self.exported_program.graph_module,
-                             ProgramFacts.of(self.specs, self.roles))
+                             ProgramFacts.of(self.specs, self.roles, self.folded,
+                                             self.alias.slices),
+                             self.order)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the program, its specs and its plan to one file; ``tp.load`` reads it back."""
-        write_artifact(path, self.exported_program, self.roles, self.specs, self.plan)
+        write_artifact(path, self.exported_program, self.roles, self.specs, self.plan,
+                       self.schedule)
 
     def run(self, *args: Any, copy_outputs: bool = True, **kwargs: Any) -> Any:
         """Run the program out of its arena; outputs come in the model's own structure.
@@ -102,13 +122,14 @@ def _check_alignment(alignment: int, specs: SpecTable) -> None:
 def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
             args: tuple[Any, ...] | None = None, kwargs: Mapping[str, Any] | None = None, *,
             dynamic_shapes: Any = None, algorithm: str = "auto", alignment: int = 16,
-            time_limit: float | None = None,
-            planner_params: PlannerParams | None = None,
+            time_limit: float | None = None, reuse: bool = True, reorder: bool = True,
+            fold: bool = True, planner_params: PlannerParams | None = None,
             max_arena_bytes: int | None = None) -> Program:
-    """Capture (unless given a program), propagate, analyse aliasing, plan and verify.
+    """Capture (unless given a program), propagate, fold, order and reuse, plan and verify.
 
-    Dynamic dims are planned at their upper bounds. ``planner_params`` tunes the planners
-    (None: the defaults). The returned plan has been verified. ``max_arena_bytes``: an arena
+    ``reuse``, ``reorder`` and ``fold`` switch the bound-lowering steps (``schedule.py``);
+    ``planner_params`` tunes the planners (None: the defaults). Dynamic dims are planned at
+    their upper bounds. The returned plan has been verified. ``max_arena_bytes``: an arena
     above it raises ``PlanError`` (how much over, the peak step and what is live there).
 
     >>> prog = compile(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
@@ -118,17 +139,24 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
     roles = read_roles(program)
     specs = propagate(program, roles)
-    alias = analyze(program, specs, roles)
     _check_alignment(alignment, specs)
+    chosen = schedule(program, specs, roles, ScheduleOptions(reuse, reorder, fold), alignment)
     options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,
                           params=PlannerParams() if planner_params is None else planner_params)
-    plan = plan_memory(lifetimes(program, alias), alias, options)
+    plan = plan_memory(lifetimes(program, chosen.alias, chosen.order), chosen.alias, options)
+    plan = dataclasses.replace(
+        plan, baseline_bound_bytes=chosen.baseline_bound_bytes, order=chosen.order_name,
+        constant_bytes=chosen.constant_bytes,
+        baseline_constant_bytes=chosen.baseline_constant_bytes)
     check_arena(plan, max_arena_bytes)
     if os.environ.get("TENSORPLAN_DEBUG") == "1":
         print(f"tensorplan: {len(specs)} values, {len(plan.storages)} storages, arena "
-              f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B, "
+              f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B (baseline "
+              f"{plan.baseline_bound_bytes} B), {plan.order} order, {len(chosen.reuses)} "
+              f"reuses, {len(chosen.folded.computed)} folded, "
               f"{plan.algorithm}{' (optimal)' if plan.optimal else ''}", file=sys.stderr)
-    return Program(program, planned_specs(specs, alias), alias, plan, roles)
+    return Program(program, planned_specs(specs, chosen.alias), chosen.alias, plan, roles,
+                   chosen)
 
 
 def load(path: str | os.PathLike[str]) -> Program:
@@ -138,4 +166,5 @@ def load(path: str | os.PathLike[str]) -> Program:
     format version, or a plan that does not fit the embedded program.
     """
     parts = read_artifact(path)
-    return Program(parts.exported_program, parts.specs, parts.alias, parts.plan, parts.roles)
+    return Program(parts.exported_program, parts.specs, parts.schedule.alias, parts.plan,
+                   parts.roles, parts.schedule)

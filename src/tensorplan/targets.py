@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,17 +28,26 @@ from .capture import capture
 from .errors import InputError
 from .plan import PlanOptions
 from .program import Program, compile, load
+from .schedule import ScheduleOptions
 
 FORMS = "zoo:NAME, package.module:factory, or the path of a .pt2 file"
 
 
-def load_target(target: str, params: PlanOptions | None = None,
+@dataclass(frozen=True)
+class CompileOptions:
+    """How a target is compiled: the plan stage's options and the schedule's switches."""
+
+    plan: PlanOptions = PlanOptions()              # planner, alignment, time limit, tuning
+    schedule: ScheduleOptions = ScheduleOptions()  # in-place reuse, node order, folding
+
+
+def load_target(target: str, params: CompileOptions | None = None,
                 example: zoo.Example | None = None) -> Program:
     """Compile the program ``target`` names (see the module docstring for the forms).
 
     A tensorplan program file keeps its saved plan unless ``params`` is given, in which case
     its embedded program is planned again with them; every other target is compiled with
-    ``params`` (default ``PlanOptions()``). ``example`` is the target's ``load_example``
+    ``params`` (default ``CompileOptions()``). ``example`` is the target's ``load_example``
     when the caller has it already: a factory is called once, so the program is compiled from
     the very model the caller compares it with. A malformed target raises ``InputError``.
     """
@@ -69,11 +79,12 @@ def target_name(target: str) -> str:
     return target.rpartition(":")[2]
 
 
-def _options(params: PlanOptions | None) -> dict[str, Any]:
-    """``compile``'s planning keywords from ``params`` (the defaults when None)."""
-    p = params or PlanOptions()
+def _options(params: CompileOptions | None) -> dict[str, Any]:
+    """``compile``'s keywords from ``params`` (the defaults when None)."""
+    options = params or CompileOptions()
+    p, s = options.plan, options.schedule
     return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit,
-            "planner_params": p.params}
+            "planner_params": p.params, "reuse": s.reuse, "reorder": s.reorder, "fold": s.fold}
 
 
 def load_exported(path: str) -> ExportedProgram:
@@ -82,7 +93,7 @@ def load_exported(path: str) -> ExportedProgram:
     return load(path).exported_program if is_artifact(path) else capture(path)
 
 
-def _from_file(path: str, params: PlanOptions | None) -> Program:
+def _from_file(path: str, params: CompileOptions | None) -> Program:
     _require_file(path)
     if params is None and is_artifact(path):
         return load(path)

@@ -20,7 +20,7 @@ def plan_to_json(program: Program, name: str = "model") -> dict[str, Any]:
     ('tensorplan.plan', 'linear', 80)
     """
     return encode_plan(program.exported_program, program.roles, program.specs, program.plan,
-                       name)
+                       program.schedule, name)
 
 
 def c_identifier(text: str) -> str:

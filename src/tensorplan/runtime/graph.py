@@ -7,13 +7,14 @@ steps split into those done once per set of input sizes (they build the cached f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.fx
 
+from ..order import scheduled_nodes
 from .args import compile_args
 from .frames import Env, Frames
 from .lower import Lowered, lower_graph
@@ -22,13 +23,15 @@ from .steps import StepContext, SubgraphRun, build_steps
 
 
 class GraphRunner:
-    """The steps of one graph; ``run`` executes them on a copy of the frame for its sizes."""
+    """The steps of one graph, in ``order`` (node names; graph order without one); ``run``
+    executes them on a copy of the frame for its sizes."""
 
-    def __init__(self, module: torch.fx.GraphModule, prefix: str, context: StepContext) -> None:
-        nodes = list(module.graph.nodes)
+    def __init__(self, module: torch.fx.GraphModule, prefix: str, context: StepContext,
+                 order: Sequence[str] | None = None) -> None:
+        nodes = scheduled_nodes(module.graph, order)
         facts = context.views.facts
         self.slots = {node: i for i, node in enumerate(nodes)}
-        self.rows: tuple[Lowered, ...] = lower_graph(module, prefix, facts)
+        self.rows: tuple[Lowered, ...] = lower_graph(module, prefix, facts, order)
         ctx = replace(context, slots=self.slots, child=self._child(module, prefix, context))
         frame_steps, self.run_steps = [], []
         for node, row in zip(nodes, self.rows, strict=True):

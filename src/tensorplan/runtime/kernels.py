@@ -70,17 +70,26 @@ def _embedding_rows(out: torch.Tensor, weight: torch.Tensor, indices: torch.Tens
     torch.index_select(weight, 0, indices.reshape(-1), out=rows)
 
 
+def _batch_norm_into(outs: tuple, x: torch.Tensor, weight, bias, mean, var, momentum: float,
+                     eps: float) -> None:
+    out, save_mean, save_invstd = outs  # inference: the saved statistics are empty
+    torch.ops.aten.native_batch_norm.out(x, weight, bias, mean, var, False, momentum, eps,
+                                         out=out, save_mean=save_mean, save_invstd=save_invstd)
+
+
 _ATEN = torch.ops.aten
 # Native kernels for the commonest ops whose ATen out-variant is generated (and so allocates):
 # op -> kernel(out, *args, **kwargs) writing the op's result into ``out``, which already has the
 # planned shape, dtype and layout (so ``clone``'s memory_format and ``_to_copy``'s dtype are
-# carried by ``out``).
+# carried by ``out``). Inference batch norm runs through ``native_batch_norm.out``, which may
+# write over its input (reuse.py).
 NATIVE_INTO: dict[torch._ops.OpOverload, Callable[..., None]] = {
     _ATEN.clone.default: _copy_of_self,
     _ATEN._to_copy.default: _copy_of_self,
     _ATEN.full_like.default: _fill_with_value,
     _ATEN.scalar_tensor.default: _fill_with_scalar,
     _ATEN.embedding.default: _embedding_rows,
+    _ATEN._native_batch_norm_legit_no_training.default: _batch_norm_into,
 }
 
 

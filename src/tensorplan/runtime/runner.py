@@ -14,7 +14,7 @@ parallel.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,6 +23,7 @@ from torch.utils import _pytree as pytree
 
 from ..alias import AliasTable
 from ..control_flow import assign
+from ..fold import NOTHING_FOLDED, Folded, constant_tensors
 from ..plan import MemoryPlan
 from ..roles import Role, Roles
 from ..spec import SpecTable
@@ -35,28 +36,25 @@ from .lower import ProgramFacts
 from .steps import RunStats, StepContext
 
 
-def _constants(program: ExportedProgram, roles: Roles) -> dict[str, torch.Tensor]:
-    tables = {**program.state_dict, **program.constants}
-    return {name: tables[roles.target_of[name]] for name in roles.constants}
-
-
 class Runner:
     """Runs one planned program out of its own arena, one call at a time."""
 
     def __init__(self, program: ExportedProgram, specs: SpecTable, alias: AliasTable,
-                 plan: MemoryPlan, roles: Roles) -> None:
+                 plan: MemoryPlan, roles: Roles, folded: Folded = NOTHING_FOLDED,
+                 order: Sequence[str] | None = None) -> None:
         self.program, self.roles = program, roles
         call_spec = program.call_spec  # built anew on each access: read it once
         self.in_spec, self.out_spec = call_spec.in_spec, call_spec.out_spec
         leaves = self.in_spec.num_leaves
         self.positional = pytree.tree_flatten((tuple(range(leaves)), {}))[1] == self.in_spec
         _, self.shape_env = program_shape_env(program)
-        self.facts = ProgramFacts.of(specs, roles)
+        self.facts = ProgramFacts.of(specs, roles, folded, alias.slices)
         self.stats = RunStats()
         self.arena = Arena(plan.arena_bytes)
-        context = StepContext(Views(self.facts, plan, self.arena), _constants(program, roles),
-                              self.shape_env, self.stats)
-        self.graph = GraphRunner(program.graph_module, "", context)
+        constants = {**constant_tensors(program, roles), **folded.kept}
+        context = StepContext(Views(self.facts, plan, self.arena), constants, self.shape_env,
+                              self.stats)
+        self.graph = GraphRunner(program.graph_module, "", context, order)
         slot_of = {node.name: slot for node, slot in self.graph.slots.items()}
         self.input_slots = [slot_of[name] for name in roles.user_inputs]
         self.state_slots = {buffer: slot_of[placeholder]

@@ -1,0 +1,103 @@
+"""Stage 2b: folded constants — values computed from constants alone, once, at compile time.
+
+A top-level node is *folded* when it is an ATen op that is not random
+(``torch.Tag.nondeterministic_seeded``), every node it reads is a constant (a parameter, a
+never-written buffer, a lifted constant) or folded itself, and its outputs have static sizes:
+a causal mask from ``arange``/``full``, rotary tables, a relative-position bias, a weight
+transpose. Folded values are computed here with the program's real constants; the ones that
+something else still reads (the *frontier*) are kept as constants, out of the arena and out of
+every run; the rest are never needed again.
+
+A view of a constant costs nothing at run time, so it is folded only when nothing but folded
+values reads it.
+
+Worked example: ``mask = torch.full((4, 4), -inf).triu(1); return x + mask`` folds ``full``
+and ``triu``; ``triu`` is the frontier, a 64-byte constant, and only ``add`` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+
+from .errors import UnsupportedOpError
+from .roles import Roles
+from .schemas import is_view
+from .spec import SpecTable, TensorSpec
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The values computed at compile time."""
+
+    computed: frozenset[str] = frozenset()    # every folded node of the top-level graph
+    kept: Mapping[str, torch.Tensor] = field(default_factory=dict)  # frontier value -> tensor
+
+
+NOTHING_FOLDED = Folded()  # the result with folding off
+
+
+def constant_tensors(program: ExportedProgram, roles: Roles) -> dict[str, torch.Tensor]:
+    """Constant placeholder -> its tensor (parameters, never-written buffers, constants)."""
+    tables = {**program.state_dict, **program.constants}
+    return {name: tables[roles.target_of[name]] for name in roles.constants}
+
+
+def constant_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (views of one tensor count once)."""
+    seen: dict[int, int] = {}
+    for tensor in tensors.values():
+        storage = tensor.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def _static(entry: object) -> bool:
+    items = entry if isinstance(entry, tuple) else (entry,)
+    return any(isinstance(s, TensorSpec) for s in items) and all(
+        s is None or (isinstance(s, TensorSpec) and not s.is_dynamic) for s in items)
+
+
+def _foldable(node: torch.fx.Node, specs: SpecTable, known: set[str]) -> bool:
+    op = node.target
+    return (node.op == "call_function" and isinstance(op, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded not in op.tags
+            and not node.meta.get("unbacked_bindings") and _static(specs.get(node.name))
+            and all(n.name in known for n in node.all_input_nodes))
+
+
+def _evaluate(node: torch.fx.Node, values: Mapping[str, object]) -> object:
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: values[n.name])
+    try:
+        with torch.no_grad():
+            return node.target(*args, **kwargs)
+    except Exception as error:
+        raise UnsupportedOpError(
+            f"fold: computing node {node.name!r} ({node.target}) from constants failed with "
+            f"{type(error).__name__}: {error}; compile with fold=False") from error
+
+
+def fold_constants(program: ExportedProgram, specs: SpecTable, roles: Roles) -> Folded:
+    """Compute every foldable value of the top-level graph; keep the ones still read.
+
+    Pure: the program is not modified; the tensors kept are new (or views of constants).
+    """
+    values: dict[str, object] = dict(constant_tensors(program, roles))
+    known = set(values)
+    foldable: list[torch.fx.Node] = []
+    for node in program.graph.nodes:
+        if _foldable(node, specs, known):
+            values[node.name] = _evaluate(node, values)
+            known.add(node.name)
+            foldable.append(node)
+    names: set[str] = set()
+    for node in reversed(foldable):  # a view runs as a view unless only folded values read it
+        if not is_view(node.target) or all(user.name in names for user in node.users):
+            names.add(node.name)
+    kept = {node.name: values[node.name] for node in foldable
+            if node.name in names and any(user.name not in names for user in node.users)}
+    return Folded(frozenset(names), kept)

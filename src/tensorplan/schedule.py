@@ -1,0 +1,126 @@
+"""Stage 3 driver: lower the bound itself — folded constants, a node order, in-place reuse.
+
+Given a program's specs and roles, ``schedule`` decides (each step can be switched off):
+
+1. **fold** (``fold.py``): values computed from constants alone become constants, unless that
+   grows constants + lower bound (exported order, no reuse) in total;
+2. **order** (``order.py``): each candidate order is taken with its own in-place reuse (which
+   depends on the order) and planned greedily; the smallest arena wins, the exported order on
+   a tie;
+3. **reuse** (``reuse.py``): outputs written over arguments that die where they are read;
+   then **concatenation in place** (``concat.py``): inputs of a ``cat`` made in its slices.
+
+It also measures the *baseline*: today's bound, the exported order with one storage per value
+and no folding, which ``MemoryPlan.baseline_bound_bytes`` reports beside the new bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.export import ExportedProgram
+
+from .alias import AliasTable, analyze
+from .concat import concat_in_place
+from .fold import NOTHING_FOLDED, Folded, constant_bytes, constant_tensors, fold_constants
+from .liveness import lifetimes
+from .order import Order, candidate_orders, exported_order
+from .plan import MemoryPlan, PlanOptions, draft_plan
+from .reuse import Reuse, reuse_storages
+from .roles import Roles
+from .spec import SpecTable
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """Which of the bound-lowering steps run (``compile(reuse=, reorder=, fold=)``)."""
+
+    reuse: bool = True    # outputs take over the storage of arguments that die there
+    reorder: bool = True  # pick the node order from a portfolio
+    fold: bool = True     # compute values of constants at compile time
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the stage decided, and the figures it started from."""
+
+    alias: AliasTable                # storages after in-place reuse
+    order: Order                     # top-level node names in run order
+    order_name: str                  # exported | memory-greedy | depth-first
+    reuse: bool                      # in-place reuse ran (``reuses`` says what it found)
+    reuses: tuple[Reuse, ...]        # outputs written over a dying argument
+    folded: Folded                   # values computed at compile time
+    baseline_bound_bytes: int = 0    # bound of the exported order, one storage per value
+    constant_bytes: int = 0          # bytes of the constants the runs read
+    baseline_constant_bytes: int = 0  # bytes of the program's constants before folding
+
+
+def _greedy(alignment: int) -> PlanOptions:
+    return PlanOptions(algorithm="greedy", alignment=alignment)
+
+
+def _plan(program: ExportedProgram, alias: AliasTable, order: Order | None,
+          alignment: int) -> MemoryPlan:
+    return draft_plan(lifetimes(program, alias, order), alias, _greedy(alignment))
+
+
+def _folding(program: ExportedProgram, specs: SpecTable, roles: Roles,
+             fold: bool) -> list[tuple[Folded, AliasTable, int]]:
+    """The folding choices to compare: none, and (when asked and anything folds) the folded
+    program; each with its alias table and the bytes of the constants its runs read."""
+    constants = constant_tensors(program, roles)
+    choices = [(NOTHING_FOLDED, analyze(program, specs, roles), constant_bytes(constants))]
+    folded = fold_constants(program, specs, roles) if fold else NOTHING_FOLDED
+    if folded.computed:
+        users = {node.name: node.users for node in program.graph.nodes}
+        still_read = {name: t for name, t in constants.items()
+                      if any(u.name not in folded.computed for u in users[name])}
+        choices.append((folded, analyze(program, specs, roles, folded.computed),
+                        constant_bytes({**still_read, **folded.kept})))
+    return choices
+
+
+def _reuse(program: ExportedProgram, specs: SpecTable, alias: AliasTable, order: Order,
+           reuse: bool) -> tuple[AliasTable, tuple[Reuse, ...]]:
+    """In-place reuse, then concatenation in place, along ``order`` (both off without
+    ``reuse``)."""
+    if not reuse:
+        return alias, ()
+    reused, reuses = reuse_storages(program, specs, alias, order)
+    return concat_in_place(program, specs, reused, order), reuses
+
+
+def replay(program: ExportedProgram, specs: SpecTable, roles: Roles, order: Order,
+           order_name: str, reuse: bool, fold: bool) -> Schedule:
+    """A schedule decided before (a saved program), made again: fold when ``fold``, then
+    reuse along ``order`` when ``reuse``. Deterministic; plans nothing (the baseline and
+    constant figures are left at 0)."""
+    folded = fold_constants(program, specs, roles) if fold else NOTHING_FOLDED
+    alias = analyze(program, specs, roles, folded.computed)
+    reused, reuses = _reuse(program, specs, alias, order, reuse)
+    return Schedule(reused, order, order_name, reuse, reuses, folded)
+
+
+def schedule(program: ExportedProgram, specs: SpecTable, roles: Roles,
+             options: ScheduleOptions = ScheduleOptions(), alignment: int = 16) -> Schedule:
+    """Fold, order and reuse ``program`` so that its planned arena is as small as this stage
+    can make it; never larger than the exported order's greedy plan, and folding only where
+    it does not grow constants + arena in total.
+
+    Pure: reads the program, its specs and roles; returns new tables.
+    """
+    choices = _folding(program, specs, roles, options.fold)
+    baseline = choices[0][1]
+    baseline_bound = _plan(program, baseline, None, alignment).lower_bound_bytes
+    exported = {"exported": exported_order(program.graph)}
+    best = None
+    for folded, alias, constants in choices:
+        orders = candidate_orders(program.graph, alias) if options.reorder else exported
+        for name, order in orders.items():
+            reused, reuses = _reuse(program, specs, alias, order, options.reuse)
+            plan = _plan(program, reused, order, alignment)
+            key = (plan.arena_bytes + constants, plan.arena_bytes, plan.lower_bound_bytes)
+            if best is None or key < best[0]:
+                best = (key, Schedule(reused, order, name, options.reuse, reuses, folded,
+                                      baseline_bound, constants, choices[0][2]))
+    return best[1]

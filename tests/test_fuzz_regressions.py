@@ -46,3 +46,23 @@ def test_a_data_dependent_size_that_export_fixed_is_checked_not_trusted():
                                             r"the program for \(3,\)"):
         prog.run(torch.tensor([0, 3]))
     check_program(recipe, prog)
+
+
+def test_squeezing_a_data_dependent_dim_of_size_one_runs_like_eager():
+    """``masked_select(m, m > 0).squeeze(0)`` of a 0-d ``m``: the trace keeps the dim (``u0``
+    might not be 1), eager drops it when one element is selected. The run gives eager's 0-d
+    result within the planned bound; the fuzz test's layout check compared that 0-d output
+    with the rank-1 spec and failed. Fixed in the check: a layout is compared where the output
+    has the spec's rank (torch's trace cannot know the rank here)."""
+    recipe = Recipe(
+        inputs=(Input((2, 1), torch.float16, "contiguous"),),
+        steps=(Step("flatten", (0,)), Step("amax", (1,), (("dim", 0), ("keepdim", False))),
+               Step("masked_select", (2, 2)), Step("squeeze", (3,), (("dim", 0),))),
+        outputs=(4,))
+    prog = compile_recipe(recipe)
+    assert prog.specs["squeeze"].shape == (1,)
+    (out,) = prog.run(torch.tensor([[1.5], [-2.0]], dtype=torch.float16))
+    assert out.shape == () and out.item() == 1.5
+    (nothing,) = prog.run(torch.tensor([[-1.5], [-2.0]], dtype=torch.float16))
+    assert nothing.shape == (0,)
+    check_program(recipe, prog)

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tensorplan import zoo
+from tensorplan.arena_budget import check_arena, parse_bytes
 from tensorplan.bench import BenchRow, bench_target, check_algorithms
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import TensorPlanError
@@ -145,6 +146,13 @@ def _target_command(commands: argparse._SubParsersAction, name: str,
     return parser
 
 
+def _byte_count(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except TensorPlanError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def add_plan_command(commands: argparse._SubParsersAction) -> None:
     """``tensorplan plan TARGET``: compile a model, print its plan, write the files asked for."""
     parser = _target_command(commands, "plan", "compile a model and print its memory plan")
@@ -160,6 +168,13 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help="offset alignment in bytes (default 16)",
+    )
+    parser.add_argument(
+        "--max-arena",
+        type=_byte_count,
+        default=None,
+        metavar="N",
+        help="fail (exit 2) unless the arena fits N bytes (262144, 256KiB, 1.5MB)",
     )
     for switch, what in (("reuse", "in-place reuse of dying inputs"),
                          ("reorder", "the memory-aware node order"),
@@ -230,6 +245,9 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.specs:
         console.print(spec_table(program.specs))
     console.print(plan_summary(program))
+    headroom = check_arena(program.plan, args.max_arena)
+    if headroom is not None:
+        print(f"fits the budget of {args.max_arena:,} B with {headroom:,} B to spare")
     _write_outputs(program, args)
     return 0
 

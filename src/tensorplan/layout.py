@@ -49,6 +49,39 @@ def dense_strides(shape: Sequence[int], dim_order: Sequence[int]) -> tuple[int, 
     return tuple(strides)
 
 
+def view_strides(value: torch.Tensor, dim_order: Sequence[int]) -> tuple | None:
+    """The traced strides of ``value`` when they are not those of a dense tensor in
+    ``dim_order`` (ints and SymInts, as traced), else None.
+
+    Strides of size-1 dims address nothing and are not compared. An ``expand``'s 0 strides, a
+    step slice or an ``as_strided`` window are kept; a permuted dense tensor is dense.
+
+    >>> view_strides(torch.empty(3, 1).expand(3, 4), (0, 1))
+    (1, 0)
+    >>> view_strides(torch.empty(2, 3).t(), (1, 0)) is None
+    True
+    """
+    strides, sizes = tuple(value.stride()), tuple(value.shape)
+    dense: list[object] = [0] * len(sizes)
+    step: object = 1
+    for dim in reversed(dim_order):
+        dense[dim] = step
+        step = step * torch.sym_max(sizes[dim], 1)  # as torch computes dense strides
+    differs = any(_expression(sizes[d]) != 1 and _expression(strides[d]) != _expression(dense[d])
+                  for d in range(len(sizes)))
+    return strides if differs else None
+
+
+def _expression(size: object) -> object:
+    """An int, or a SymInt's expression in its ShapeEnv's canonical symbols (compared, never
+    guarded)."""
+    if not isinstance(size, torch.SymInt):
+        return int(size)
+    node = size.node
+    expr = node.shape_env.replace(node.expr)
+    return int(expr) if expr.is_number else expr
+
+
 def same_layout(shape: Sequence[int], order_a: Sequence[int], order_b: Sequence[int]) -> bool:
     """True when two dim orders of a tensor of ``shape`` address the same bytes.
 

@@ -15,6 +15,7 @@ import torch
 from torch.export import ExportedProgram
 
 from .alias import AliasTable, planned_specs
+from .arena_budget import check_arena
 from .artifact import read_artifact, write_artifact
 from .capture import capture
 from .errors import PlanError
@@ -122,12 +123,14 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
             args: tuple[Any, ...] | None = None, kwargs: Mapping[str, Any] | None = None, *,
             dynamic_shapes: Any = None, algorithm: str = "auto", alignment: int = 16,
             time_limit: float | None = None, reuse: bool = True, reorder: bool = True,
-            fold: bool = True, planner_params: PlannerParams | None = None) -> Program:
+            fold: bool = True, planner_params: PlannerParams | None = None,
+            max_arena_bytes: int | None = None) -> Program:
     """Capture (unless given a program), propagate, fold, order and reuse, plan and verify.
 
     ``reuse``, ``reorder`` and ``fold`` switch the bound-lowering steps (``schedule.py``);
     ``planner_params`` tunes the planners (None: the defaults). Dynamic dims are planned at
-    their upper bounds. The returned plan has been verified.
+    their upper bounds. The returned plan has been verified. ``max_arena_bytes``: an arena
+    above it raises ``PlanError`` (how much over, the peak step and what is live there).
 
     >>> prog = compile(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
     >>> prog.plan.arena_bytes, prog.plan.lower_bound_bytes
@@ -145,6 +148,7 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
         plan, baseline_bound_bytes=chosen.baseline_bound_bytes, order=chosen.order_name,
         constant_bytes=chosen.constant_bytes,
         baseline_constant_bytes=chosen.baseline_constant_bytes)
+    check_arena(plan, max_arena_bytes)
     if os.environ.get("TENSORPLAN_DEBUG") == "1":
         print(f"tensorplan: {len(specs)} values, {len(plan.storages)} storages, arena "
               f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B (baseline "

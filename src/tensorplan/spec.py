@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+MAX_BYTES = 2**63 - 1  # the largest byte count a 64-bit signed size (torch, C) holds
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -24,6 +26,9 @@ class TensorSpec:
     nbytes: int                       # bytes of the dense tensor at the upper-bound shape
     const: bool = False               # parameter, never-mutated buffer or lifted constant
     storage: int | None = None        # storage id after alias analysis; None before / for const
+    view_strides: tuple[int | torch.SymInt, ...] | None = None  # strides as traced where they
+    #                                   are not the dense ones (a view: 0 for broadcast dims,
+    #                                   steps, as_strided); None when dense in dim_order
 
     @property
     def is_dynamic(self) -> bool:

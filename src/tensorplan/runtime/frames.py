@@ -67,6 +67,25 @@ def check_layout(name: str, tensor: torch.Tensor, spec: TensorSpec, op: Any) -> 
             "misread it — report this with the model")
 
 
+def check_view(name: str, view: torch.Tensor, spec: TensorSpec, op: Any,
+               strides: Sequence[int] | None) -> None:
+    """Raise ``LayoutError`` unless a view addresses the memory its trace says: ``strides`` are
+    its traced strides at this run's sizes (None for a view dense in its dim order, checked
+    like any value). Size-1 dims address nothing; 0 strides and steps are compared as given.
+    """
+    if strides is None:
+        check_layout(name, view, spec, op)
+        return
+    if view.numel() == 0:
+        return
+    actual = view.stride()
+    if any(size > 1 and actual[d] != strides[d] for d, size in enumerate(view.shape)):
+        raise LayoutError(
+            f"runtime: view {name!r} ({op}) of shape {tuple(view.shape)} {view.dtype} has "
+            f"strides {tuple(actual)}, the trace says {tuple(strides)}; a kernel would misread "
+            "it — report this with the model")
+
+
 class Frames:
     """The frames of one graph, built on first use for each set of input sizes."""
 

@@ -40,7 +40,7 @@ from ..roles import Role, Roles
 from ..schemas import inplace_variant, is_view, returns_sizes
 from ..spec import SpecTable, TensorSpec
 from .kernels import NATIVE_INTO, out_variant
-from .shapes import SymbolicShape
+from .shapes import SymbolicShape, canonical
 
 
 class Kind(enum.Enum):
@@ -57,6 +57,8 @@ class Kind(enum.Enum):
     GETITEM = "getitem"              # picks one item of a multi-output value
     SIZES = "sizes"                  # computes sizes or Python values from sizes alone
     PLAIN = "plain"                  # a call whose result is not planned (no tensor output)
+    SUPERSEDED = "superseded"        # torch's range assert below a data-dependent size's
+    #                                  planned bound (limits.py): the bound check replaces it
     DATA_DEPENDENT = "data-dependent"  # output sizes known only after it runs: bound, copied in
     VIEW = "view"                    # a real view of its base's planned memory
     IN_PLACE = "in-place"            # writes its result over an argument's storage (twin op)
@@ -180,11 +182,20 @@ def _copy_then_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> 
             and base.sym_shape == items[0].sym_shape and base.dtype == items[0].dtype)
 
 
+def _size_fixed_by_export(op: torch._ops.OpOverload, name: str, facts: ProgramFacts) -> bool:
+    """A data-dependent op whose output size export replaced by a number it assumed from a
+    later use (``masked_select(...).expand(3)``): it runs as data-dependent, so that its
+    result is checked against that number rather than trusted."""
+    return torch.Tag.dynamic_output_shape in op.tags and any(
+        isinstance(size, torch.SymInt) and isinstance(canonical(size), int)
+        for spec in facts.items(name) if spec is not None for size in spec.sym_shape)
+
+
 def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
               inputs_per_frame: bool) -> tuple:
     """(kind, per_frame, kernel[, overwritten argument]) of an ATen op node."""
     op = node.target
-    if node.meta.get("unbacked_bindings"):
+    if node.meta.get("unbacked_bindings") or _size_fixed_by_export(op, name, facts):
         return Kind.DATA_DEPENDENT, False, None
     if all(s is None for s in facts.items(name)) or not op._schema.returns:
         if returns_sizes(op):
@@ -205,6 +216,22 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
     if _copy_then_in_place(node, name, facts):
         return Kind.COPY_IN_PLACE, False, inplace_variant(op)
     return Kind.FALLBACK, False, None
+
+
+def _superseded_assert(node: torch.fx.Node, prefix: str, facts: ProgramFacts) -> bool:
+    """True for an assert ``sym_size(v, d) <= N`` where ``v``'s planned bound at ``d`` is above
+    ``N``: torch derived it from a fake kernel's too-small bound, which ``limits.py`` widened
+    (a ``torch._check`` bound is never widened, so its assert is kept)."""
+    condition = node.args[0] if node.target is torch.ops.aten._assert_scalar.default else None
+    if not (isinstance(condition, torch.fx.Node) and condition.target is operator.le
+            and isinstance(condition.args[1], int)):
+        return False
+    size = condition.args[0]
+    if not (isinstance(size, torch.fx.Node) and size.target is torch.ops.aten.sym_size.int):
+        return False
+    value, dim = size.args
+    spec = facts.specs.get(prefix + value.name)
+    return isinstance(spec, TensorSpec) and spec.shape[dim] > condition.args[1]
 
 
 def _lower_written(op: torch._ops.OpOverload, written: int) -> tuple[Kind, bool, Any]:
@@ -259,6 +286,8 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
                                  "export the model with torch.export")
     elif node.target is operator.getitem:
         kind, frame = Kind.GETITEM, inputs_per_frame
+    elif _superseded_assert(node, prefix, facts):
+        kind, frame = Kind.SUPERSEDED, True
     elif isinstance(node.target, torch._ops.OpOverload):
         kind, frame, kernel, *over = _lower_op(node, name, facts, inputs_per_frame)
         overwrites = over[0] if over and kind is not Kind.FALLBACK else None

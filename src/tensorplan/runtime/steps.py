@@ -19,9 +19,9 @@ import torch.fx
 from ..control_flow import ControlFlowOp
 from ..spec import TensorSpec
 from .args import compile_args
-from .frames import Env, Step, Views, check_layout
+from .frames import Env, Step, Views, check_view
 from .lower import Kind, Lowered
-from .shapes import Bindings
+from .shapes import Bindings, SymbolicShape
 from .unbacked import binder
 
 # Runs one subgraph: (inputs, bindings) -> outputs.
@@ -130,6 +130,8 @@ def _view(node, row, ctx) -> Built:
         node.target
     spec, name, checked = ctx.views.facts.items(row.name)[0], row.name, row.per_frame
     shift = _storage_shift(node, row, ctx)
+    traced = (SymbolicShape.of(spec.view_strides)
+              if isinstance(spec, TensorSpec) and spec.view_strides is not None else None)
 
     def view(env: Env, b: Bindings) -> None:
         args, kwargs = build(env)
@@ -137,7 +139,7 @@ def _view(node, row, ctx) -> Built:
             args, kwargs = shift(args, kwargs)
         env[slot] = result = op(*args, **kwargs)
         if checked and isinstance(spec, TensorSpec) and isinstance(result, torch.Tensor):
-            check_layout(name, result, spec, op)
+            check_view(name, result, spec, op, traced.evaluate(b) if traced else None)
     return [(view, row.per_frame)]
 
 
@@ -263,6 +265,7 @@ BUILDERS: dict[Kind, Callable[[torch.fx.Node, Lowered, StepContext], Built]] = {
     Kind.SUBGRAPH_INPUT: _nothing,
     Kind.SUBGRAPH: _nothing,
     Kind.OUTPUT: _nothing,
+    Kind.SUPERSEDED: _nothing,
     Kind.GETITEM: _getitem,
     Kind.SIZES: _call,
     Kind.PLAIN: _call,

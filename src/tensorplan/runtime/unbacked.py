@@ -23,20 +23,30 @@ def _canonical_symbol(shape_env: Any, symbol: sympy.Symbol) -> sympy.Symbol:
     return replaced if replaced.is_Symbol else symbol
 
 
-def _check_bound(name: str, op: Any, value: torch.Tensor, spec: TensorSpec) -> None:
+def _check_shape(name: str, op: Any, value: torch.Tensor, spec: TensorSpec,
+                 traced: tuple[int, ...]) -> None:
+    """The result fits its planned bound and has the sizes the program was traced with
+    (``traced``: the spec's sizes with this run's symbols bound, the result's own included)."""
     if any(actual > bound for actual, bound in zip(value.shape, spec.shape, strict=True)):
         raise InputError(
             f"runtime: node {name!r} ({op}) produced shape {tuple(value.shape)}, above its "
             f"planned upper bound {spec.shape}; recompile with a larger bound "
             "(torch._check on the size, or a larger Dim max)")
+    if tuple(value.shape) != traced:
+        raise InputError(
+            f"runtime: node {name!r} ({op}) produced shape {tuple(value.shape)}, but "
+            f"torch.export traced the program for {traced} (it assumed a data-dependent size "
+            "from how it is used, and ExportedProgram.module() refuses this input too); bound "
+            "the size with torch._check instead of relying on it")
 
 
 def binder(node: torch.fx.Node, name: str, views: Views,
            shape_env: Any) -> Callable[[Any, Bindings], Any]:
     """A function ``bind(result, bindings)`` that binds the node's unbacked symbols from its
-    result, checks each tensor against its planned bound (``InputError`` above it), copies it
-    into its planned view and returns the views (the result itself for non-tensor values)."""
-    symbols = resolve_unbacked_bindings(shape_env, node.meta["unbacked_bindings"]) or {}
+    result, checks each tensor against its planned bound and traced sizes (``InputError``
+    otherwise), copies it into its planned view and returns the views (the result itself for
+    non-tensor values)."""
+    symbols = resolve_unbacked_bindings(shape_env, node.meta.get("unbacked_bindings")) or {}
     facts = views.facts
     multi = isinstance(facts.specs.get(name), tuple)
 
@@ -51,8 +61,9 @@ def binder(node: torch.fx.Node, name: str, views: Views,
             if spec is None:
                 placed.append(value)
                 continue
-            _check_bound(name, node.target, value, spec)
-            view = views.of(name, i if multi else None, b)
+            index = i if multi else None
+            _check_shape(name, node.target, value, spec, facts.shapes[(name, index)].evaluate(b))
+            view = views.of(name, index, b)
             view.copy_(value)
             placed.append(view)
         return tuple(placed) if multi else placed[0]

@@ -138,3 +138,13 @@ def test_outputs_of_consecutive_conds_do_not_overlap():
     # the first cond's branches hold two 256 B temporaries at once (sin, then + 1); the second's one
     assert [(r.node, r.size) for r in prog.plan.regions] == [("cond", 512), ("cond_1", 256)]
     prog.plan.verify()
+
+
+def test_an_expand_does_not_grow_its_base_storage():
+    # a view addresses no byte its base does not: (3, 1) -> (64, 3, 64) costs nothing
+    prog = compiled(lambda t: (t + 1).expand(64, 3, 64), torch.randn(3, 1))
+    (storage,) = [s for s in prog.alias.storages.values() if "expand" in s.values]
+    assert storage.values == ("add", "expand") and storage.nbytes == 3 * 4
+    assert prog.specs["expand"].nbytes == 64 * 3 * 64 * 4
+    x = torch.randn(3, 1)
+    torch.testing.assert_close(prog.run(x), (x + 1).expand(64, 3, 64))

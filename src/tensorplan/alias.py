@@ -102,18 +102,22 @@ class _Builder:
         self.graphs[storage] = graph
         return self.join(value, storage)
 
-    def join(self, value: str, storage: int) -> int:
+    def join(self, value: str, storage: int, addresses_more: bool = True) -> int:
+        """Add ``value`` to ``storage``; the storage grows to its bytes unless it is a view,
+        which addresses no byte its base does not (an ``expand`` is not a bigger buffer)."""
         spec = self.specs.spec_of(value)
         self.members[storage].append(value)
-        self.nbytes[storage] = max(self.nbytes[storage], spec.nbytes if spec else 0)
+        if addresses_more:
+            self.nbytes[storage] = max(self.nbytes[storage], spec.nbytes if spec else 0)
         return storage
 
     def merge(self, into: int, source: int) -> None:
         """Move every value of ``source`` into ``into``."""
         for value in self.members.pop(source):
-            self.join(value, into)
+            self.join(value, into, addresses_more=False)
             self._retarget(value, source, into)
-        del self.nbytes[source], self.kinds[source], self.graphs[source]
+        self.nbytes[into] = max(self.nbytes[into], self.nbytes.pop(source))
+        del self.kinds[source], self.graphs[source]
 
     def _retarget(self, value: str, source: int, into: int) -> None:
         base, _, index = value.partition("[")
@@ -237,7 +241,7 @@ class _Analysis:
         if not isinstance(base, int):
             raise UnsupportedOpError(f"alias: {value!r} ({op}) aliases argument {source!r}, "
                                      "which is not a single tensor")
-        return self.b.join(value, base)
+        return self.b.join(value, base, addresses_more=False)
 
     def _fresh_outputs(self, name: str) -> StorageRef:
         entry = self.b.specs.get(name)

@@ -44,7 +44,7 @@ SHARED_TYPES = [
     "    uint32_t storage;         /* storage id */",
     "    uint32_t graph;           /* index into the model's _graphs array; 0: top level */",
     "    uint64_t offset;          /* byte offset of the storage in the arena */",
-    "    uint64_t size;            /* bytes of the value at its upper-bound shape */",
+    "    uint64_t size;            /* value bytes at upper bounds, at most its storage */",
     "    uint32_t start;           /* first step its storage is live, in its graph */",
     "    uint32_t end;             /* first step its storage is no longer live */",
     "    uint8_t dtype;            /* enum tensorplan_dtype */",
@@ -109,8 +109,9 @@ def value_table(prefix: str, plan: MemoryPlan, specs: SpecTable) -> list[str]:
         if spec.shape:  # one line per value; a scalar has no dims
             dims.append(", ".join(f"{d}u" for d in spec.shape))
             orders.append(", ".join(f"{d}u" for d in spec.dim_order))
+        size = min(spec.nbytes, storage.size)  # a view (an expand) addresses no more
         rows.append(f"{{{_c_string(name)}, {storage.id}u, {graphs.index(storage.graph)}u, "
-                    f"{storage.offset}u, {spec.nbytes}u, {storage.start}u, {storage.end}u, "
+                    f"{storage.offset}u, {size}u, {storage.start}u, {storage.end}u, "
                     f"{dtype_code(name, spec)}u, {KIND_CODES[storage.kind]}u, "
                     f"{len(spec.shape)}u, {lower}_value_dims + {at}, "
                     f"{lower}_value_dim_orders + {at}}}")

@@ -34,22 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import common
 import torch
-from common import (
-    EXECUTORCH_CONFIGS,
-    emit,
-    executorch_arena_bytes,
-    executorch_call,
-    executorch_constant_bytes,
-    executorch_failure,
-    executorch_installed,
-    load_executorch,
-    lower_to_executorch,
-    medians,
-    one_line,
-    quiet,
-    same_outputs,
-)
+from common import EXECUTORCH_CONFIGS, one_line, quiet, same_outputs
 from torch.utils import _pytree as pytree
 
 import tensorplan as tp
@@ -112,19 +99,20 @@ def _compile(example: Example, **switches: bool) -> tp.Program:
 def _executorch_config(example: Example, expected: Any, config: str) -> ExecuTorchResult:
     """Lower, load and run ``example`` with one ExecuTorch configuration."""
     try:
-        lowered = lower_to_executorch(example, config)
+        lowered = common.lower_to_executorch(example, config)
     except Exception as error:  # any lowering failure becomes the table cell, not a crash
         return ExecuTorchResult(config, None, None, "lower", one_line(error, REASON_CHARS))
-    arena, constants = executorch_arena_bytes(lowered), executorch_constant_bytes(lowered)
-    program = load_executorch(lowered)
+    arena = common.executorch_arena_bytes(lowered)
+    constants = common.executorch_constant_bytes(lowered)
+    program = common.load_executorch(lowered)
     calls: list[Any] = []
     outputs: list[Any] = []
-    reason = executorch_failure(
-        lambda: calls.append(executorch_call(program, example.args, example.kwargs)),
+    reason = common.executorch_failure(
+        lambda: calls.append(common.executorch_call(program, example.args, example.kwargs)),
         REASON_CHARS)
     if reason is not None:
         return ExecuTorchResult(config, arena, constants, "load", reason)
-    reason = executorch_failure(lambda: outputs.extend(calls[0]()), REASON_CHARS)
+    reason = common.executorch_failure(lambda: outputs.extend(calls[0]()), REASON_CHARS)
     if reason is not None:
         return ExecuTorchResult(config, arena, constants, "run", reason)
     if not same_outputs(pytree.tree_leaves(expected), outputs):
@@ -153,7 +141,7 @@ def _latency(example: Example, before: tp.Program, after: tp.Program, expected: 
             return f"{label}: " + one_line(error, REASON_CHARS)
         if not matches:
             return f"{label}: run differs from eager"
-    times = medians({"eager": lambda: example.model(*args, **kwargs),
+    times = common.medians({"eager": lambda: example.model(*args, **kwargs),
                      "before": lambda: before.run(*args, **kwargs),
                      "after": lambda: after.run(*args, **kwargs)}, runs)
     return Latency(times["eager"], times["before"], times["after"])
@@ -345,10 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
     names = options.models.split(",") if options.models else zoo.names()
-    with_executorch = executorch_installed()
+    with_executorch = common.executorch_installed()
     warm_up()
     rows = [measure(name, with_executorch, options.runs) for name in names]
-    emit(report(rows, with_executorch, options.runs), options.out)
+    common.emit(report(rows, with_executorch, options.runs), options.out)
     return 0
 
 

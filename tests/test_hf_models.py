@@ -140,32 +140,31 @@ def check_concrete_views(name: str, program: tp.Program) -> None:
     assert storage(program, weight) is None and storage(program, view) is None
 
 
-@pytest.mark.parametrize("name", ["hf_bert", "hf_gpt2", "hf_mobilenet_v2", "hf_vit"])
-def test_static_model_plan(name: str) -> None:
-    program = compiled(name)
+def check_model_plan(name: str, program: tp.Program) -> None:
+    """Tight plan, constants outside the arena, free views, outputs of their exact size."""
     check_plan_is_tight(program)
     check_constants_have_no_storage(name, program)
     check_views_cost_nothing(program)
     check_output_sizes(name, program)
+
+
+@pytest.mark.parametrize("name", ["hf_bert", "hf_gpt2", "hf_mobilenet_v2", "hf_vit"])
+def test_static_model_plan(name: str) -> None:
+    program = compiled(name)
+    check_model_plan(name, program)
     check_concrete_views(name, program)
 
 
 @pytest.mark.parametrize("name", MORE_ARCHITECTURES)
 def test_more_architectures_plan(name: str) -> None:
     program = compiled(name)
-    check_plan_is_tight(program)
-    check_constants_have_no_storage(name, program)
-    check_views_cost_nothing(program)
-    check_output_sizes(name, program)
+    check_model_plan(name, program)
 
 
 @pytest.mark.parametrize("name", ["hf_bert_dynamic", "hf_gpt2_dynamic"])
 def test_dynamic_model_plan_at_upper_bound(name: str) -> None:
     program = compiled(name)
-    check_plan_is_tight(program)
-    check_constants_have_no_storage(name, program)
-    check_views_cost_nothing(program)
-    check_output_sizes(name, program)
+    check_model_plan(name, program)
     first_input = program.specs[program.exported_program.graph_signature.user_inputs[0]]
     assert first_input.shape == (1, 64) and first_input.is_dynamic
     static = compiled(name.removesuffix("_dynamic")).plan

@@ -62,6 +62,7 @@ def test_zoo_target_prints_the_plan_only(capsys, mlp_arena):
     assert "Tensor specs" not in out
     assert _field(out, "arena") == "10,240 B (10.0 KiB)" == f"{mlp_arena:,} B (10.0 KiB)"
     assert _field(out, "storages") == "3 (2 activation, 1 input)"  # gelu writes over addmm
+    assert _field(out, "baseline bound") == "16,384 B (16.0 KiB) (arena 0.62x)"
     assert "Largest 3 of 3 storages" in out
 
 

@@ -98,11 +98,14 @@ def test_spec_table_names_items_of_multi_output_values():
 
 def test_plan_summary_numbers(mlp):
     plan = mlp.plan
-    overview, storages = rows(plan_summary(mlp, top=2))[:8], rows(plan_summary(mlp, top=2))[8:]
+    overview, storages = rows(plan_summary(mlp, top=2))[:11], rows(plan_summary(mlp, top=2))[11:]
     assert dict(overview) == {
         "arena": bytes_text(plan.arena_bytes),
         "lower bound": bytes_text(plan.lower_bound_bytes),
         "ratio": f"{plan.arena_bytes / plan.lower_bound_bytes:.3f} (arena / lower bound)",
+        "baseline bound": "16,384 B (16.0 KiB) (arena 1.00x)",
+        "order": "exported",
+        "constants": "76,840 B (75.0 KiB)",
         "algorithm": plan.algorithm,
         "optimal": "yes" if plan.optimal else "not proven",
         "alignment": "16 B",
@@ -243,10 +246,12 @@ def test_svg_timeline_labels_the_largest_storages_and_explains_the_marks(mlp, tm
 
 
 def test_a_label_is_drawn_only_where_it_fits():
-    s = tp.PlannedStorage(3, 0, 8192, 0, 4, "activation", "", ("convolution", "view"))
+    s = tp.PlannedStorage(3, 0, 8192, 0, 4, "activation", "", ("convolution",))
     assert _label(s, 200, 20) == ("convolution 8.0 KiB", 0)
     assert _label(s, 100, 40) == ("convolution\n8.0 KiB", 0)
     assert _label(s, 18, 200) == ("convolution 8.0 KiB", 90)
+    shared = tp.PlannedStorage(3, 0, 8192, 0, 4, "activation", "", ("convolution", "relu"))
+    assert _label(shared, 200, 20) == ("convolution +1 8.0 KiB", 0)  # relu shares it
     assert _label(s, 14, 14) is None
 
 

@@ -148,3 +148,57 @@ def test_switching_reuse_off_gives_one_storage_per_value():
     prog = run_like_eager(Fn(lambda t: (t * 2 + 1).tanh() * 3), x, reuse=False)
     assert len(prog.plan.storages) == 5 and prog.schedule.reuses == ()
     assert prog.plan.lower_bound_bytes == prog.plan.baseline_bound_bytes == 2 * 64 * 64 * 4
+
+
+class Inception(torch.nn.Module):
+    """Three branches of one input, concatenated along the channels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Conv2d(8, 4, 1)
+        self.b = torch.nn.Conv2d(8, 6, 3, padding=1)
+        self.c = torch.nn.Conv2d(8, 2, 5, padding=2)
+
+    def forward(self, x):
+        return torch.cat([self.a(x).relu(), self.b(x).relu(), self.c(x)], 1)
+
+
+def test_an_inception_block_makes_each_branch_in_its_slice_and_its_cat_copies_nothing():
+    for layout in (torch.contiguous_format, torch.channels_last):
+        model = Inception().eval().to(memory_format=layout)
+        x = torch.randn(2, 8, 16, 16).to(memory_format=layout)
+        prog = run_like_eager(model, x)
+        given, out = x.numel() * 4, 2 * 12 * 16 * 16 * 4
+        assert prog.plan.arena_bytes == prog.plan.lower_bound_bytes == given + out
+        rows = {r.name: r.kind.value for r in prog.lowering()}
+        assert rows["cat"] == "in slices"
+        slices = prog.alias.slices
+        plane = 16 * 16 * 4 if layout == torch.contiguous_format else 4  # bytes per channel step
+        assert [slices[v].offset for v in ("convolution", "convolution_1", "convolution_2")] == [
+            0, 4 * plane, 10 * plane]
+        assert storage(prog, "relu") == storage(prog, "relu_1") == storage(prog, "cat")
+        assert prog.run(x).is_contiguous(memory_format=layout)
+
+
+def test_a_cat_with_a_skip_read_after_it_copies_its_inputs():
+    def fn(t):
+        skip = t.exp()
+        down = skip.sin()
+        return torch.cat([down, skip], 0).sum(0) + skip  # skip is read after the cat
+    prog = run_like_eager(Fn(fn), torch.randn(4, 8), reorder=False)
+    assert prog.alias.slices == {}  # all inputs in slices, or none
+    assert {r.name: r.kind.value for r in prog.lowering()}["cat"] == "out"
+
+
+def test_an_output_written_over_a_view_whose_size_one_strides_are_not_dense():
+    # T5's relative-position bias: unsqueeze of a permuted tensor has stride 4 in its size-1
+    # dim where a dense tensor has 16384; ATen refuses such an ``out``, so it is given the
+    # argument itself (regression: the T5 encoder raised "refer to a single memory location")
+    def fn(t):
+        u = t.exp().permute(2, 0, 1).unsqueeze(0)
+        return torch.where(u > 1.5, u, torch.zeros(()))
+    prog = run_like_eager(Fn(fn), torch.randn(64, 64, 4))
+    assert storage(prog, "where") == storage(prog, "exp")
+    row = {r.name: r for r in prog.lowering()}["where"]
+    assert (row.kind.value, row.overwrites) == ("out", 1)

@@ -54,6 +54,14 @@ class Storage:
 
 
 @dataclass(frozen=True)
+class Slice:
+    """Where a value lives inside a larger storage: its slice of a concatenation."""
+
+    offset: int               # bytes from the start of the storage
+    strides: tuple[int, ...]  # element strides of the slice (those of the concatenation)
+
+
+@dataclass(frozen=True)
 class AliasTable:
     """Storage of every value, and the storages themselves."""
 
@@ -62,6 +70,8 @@ class AliasTable:
     state_of: Mapping[str, int]                 # mutated buffer/input name -> its storage id
     write_back: tuple[tuple[str, int], ...] = ()  # (value, storage): copy after a run, when
     #                                               the new state could not share its storage
+    slices: Mapping[str, Slice] = field(default_factory=dict)  # value -> its place inside a
+    #                                               concatenation's storage (concat.py)
 
     def storage_ids(self, name: str) -> tuple[int, ...]:
         """Every storage id a value uses (empty for constants and non-tensors)."""
@@ -93,7 +103,7 @@ class _Builder:
         return self.join(value, storage)
 
     def join(self, value: str, storage: int) -> int:
-        spec = _spec_at(self.specs, value)
+        spec = self.specs.spec_of(value)
         self.members[storage].append(value)
         self.nbytes[storage] = max(self.nbytes[storage], spec.nbytes if spec else 0)
         return storage
@@ -113,14 +123,6 @@ class _Builder:
             self.storage_of[base] = tuple(into if i == position else s for i, s in enumerate(ref))
         elif ref == source:
             self.storage_of[base] = into
-
-
-def _spec_at(specs: SpecTable, value: str) -> TensorSpec | None:
-    base, _, index = value.partition("[")
-    entry = specs.get(base)
-    if index and isinstance(entry, tuple):
-        return entry[int(index.rstrip("]"))]
-    return entry if isinstance(entry, TensorSpec) else None
 
 
 def _schema_source(op: torch._ops.OpOverload, ret: Any) -> str | None:
@@ -174,7 +176,7 @@ class _Analysis:
 
     def _top_input(self, node: torch.fx.Node, constants: frozenset[str],
                    kinds: Mapping[str, StorageKind]) -> StorageRef:
-        if node.name in constants or _spec_at(self.b.specs, node.name) is None:
+        if node.name in constants or self.b.specs.spec_of(node.name) is None:
             return None
         return self.b.fresh(node.name, "", kinds.get(node.name, "input"))
 
@@ -291,7 +293,7 @@ def _can_share(b: _Builder, nodes: Mapping[str, torch.fx.Node], order: Mapping[s
     """
     if b.kinds.get(source) != "activation" or b.graphs[source] or b.members[source][0] != value:
         return False
-    new, old = _spec_at(b.specs, value), _spec_at(b.specs, placeholder)
+    new, old = b.specs.spec_of(value), b.specs.spec_of(placeholder)
     if new is None or old is None or _layout(new) != _layout(old):
         return False
     producer = nodes[value.partition("[")[0]]
@@ -317,6 +319,51 @@ def _in_place_on_first_argument(node: torch.fx.Node, olds: set[str]) -> bool:
     reads: set[str] = set()
     torch.fx.node.map_arg((rest, node.kwargs), lambda n: reads.add(n.name))
     return isinstance(first, torch.fx.Node) and first.name in olds and not reads & olds
+
+
+class MergedStorages:
+    """An alias table whose storages are being merged (by in-place reuse and concatenation in
+    place): a union of storage ids, each merged storage under its root."""
+
+    def __init__(self, alias: AliasTable) -> None:
+        self.alias = alias
+        self.root: dict[int, int] = {}
+        self.values: dict[int, list[str]] = {s.id: list(s.values) for s in alias.storages.values()}
+        self.nbytes: dict[int, int] = {s.id: s.nbytes for s in alias.storages.values()}
+
+    def find(self, storage: int) -> int:
+        """The id a storage is now merged under."""
+        while storage in self.root:
+            storage = self.root[storage]
+        return storage
+
+    def of(self, value: str) -> int | None:
+        """The (merged) storage of a value (``name`` or ``name[i]``), None for constants."""
+        ref = self.alias.storage_of.get(value.partition("[")[0])
+        if isinstance(ref, tuple):
+            ref = ref[int(value.partition("[")[2].rstrip("]"))]
+        return None if ref is None else self.find(ref)
+
+    def merge(self, into: int, source: int) -> None:
+        """Move every value of storage ``source`` into storage ``into``."""
+        self.root[source] = into
+        self.values[into] += self.values.pop(source)
+        self.nbytes[into] = max(self.nbytes[into], self.nbytes.pop(source))
+
+    def table(self, slices: Mapping[str, Slice] | None = None) -> AliasTable:
+        """The alias table with every merged storage under its root id (and ``slices`` added
+        to the table's own)."""
+        def ref(r):
+            if isinstance(r, tuple):
+                return tuple(None if s is None else self.find(s) for s in r)
+            return None if r is None else self.find(r)
+        storages = {}
+        for sid, values in self.values.items():
+            old = self.alias.storages[sid]
+            storages[sid] = Storage(sid, self.nbytes[sid], old.kind, old.graph, tuple(values))
+        return AliasTable({name: ref(r) for name, r in self.alias.storage_of.items()}, storages,
+                          dict(self.alias.state_of), self.alias.write_back,
+                          {**self.alias.slices, **(slices or {})})
 
 
 def analyze(program: ExportedProgram, specs: SpecTable, roles: Roles | None = None,

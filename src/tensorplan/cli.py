@@ -137,10 +137,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _target_command(commands: argparse._SubParsersAction, name: str,
+                    summary: str) -> argparse.ArgumentParser:
+    """A subcommand that takes one TARGET (zoo:NAME, module:factory or a file)."""
+    parser = commands.add_parser(name, help=summary)
+    parser.add_argument("target", help=FORMS)
+    return parser
+
+
 def add_plan_command(commands: argparse._SubParsersAction) -> None:
     """``tensorplan plan TARGET``: compile a model, print its plan, write the files asked for."""
-    parser = commands.add_parser("plan", help="compile a model and print its memory plan")
-    parser.add_argument("target", help=FORMS)
+    parser = _target_command(commands, "plan", "compile a model and print its memory plan")
     parser.add_argument(
         "--algorithm",
         default=None,
@@ -229,8 +236,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def add_run_command(commands: argparse._SubParsersAction) -> None:
     """``tensorplan run TARGET``: run a model out of its arena and compare it with eager."""
-    parser = commands.add_parser("run", help="run a model out of its arena, compare with eager")
-    parser.add_argument("target", help=FORMS)
+    parser = _target_command(commands, "run", "run a model out of its arena, compare with eager")
     parser.add_argument(
         "--runs",
         type=_positive_int,

@@ -88,10 +88,12 @@ class SavedSchedule:
 
 def _schedule(schedule: Schedule | None) -> dict[str, Any]:
     if schedule is None:
-        return {"order": None, "reuse": False, "fold": False, "reuses": []}
+        return {"order": None, "reuse": False, "fold": False, "reuses": [], "slices": {}}
     return {"order": list(schedule.order), "reuse": schedule.reuse,
             "fold": bool(schedule.folded.computed),
-            "reuses": [[r.value, r.overwrites] for r in schedule.reuses]}
+            "reuses": [[r.value, r.overwrites] for r in schedule.reuses],
+            "slices": {value: {"offset": where.offset, "strides": list(where.strides)}
+                       for value, where in schedule.alias.slices.items()}}
 
 
 def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTable,
@@ -103,7 +105,9 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
     plan's numbers (``arena_bytes``, ``lower_bound_bytes``, ``alignment``, ``algorithm``,
     ``optimal``, ``baseline_bound_bytes``, ``order``, ``constant_bytes``,
     ``baseline_constant_bytes``), ``schedule`` (the node order, whether reuse and folding ran,
-    each reuse as ``[value, overwritten value]``), ``storages`` and ``regions`` (their
+    each reuse as ``[value, overwritten value]``, and ``slices``: each value made in place in
+    a concatenation, with its byte offset inside its storage and its element strides),
+    ``storages`` and ``regions`` (their
     dataclass fields; a storage lists every value it holds, reused ones included), and
     ``values``: one entry per tensor value (see ``value_to_json``), items of multi-output
     values as ``name[i]``. ``decode_plan`` reads the plan back, ``decode_schedule`` the

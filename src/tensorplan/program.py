@@ -76,7 +76,8 @@ class Program:
     def lowering(self) -> tuple[Lowered, ...]:
         """How every node runs: one row per node of every graph (``tensorplan run --explain``)."""
         return lower_program(self.exported_program.graph_module,
-                             ProgramFacts.of(self.specs, self.roles, self.folded),
+                             ProgramFacts.of(self.specs, self.roles, self.folded,
+                                             self.alias.slices),
                              self.order)
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -35,7 +35,7 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 
-from .alias import AliasTable, Storage
+from .alias import AliasTable, MergedStorages
 from .layout import same_layout
 from .schemas import inplace_variant, is_view
 from .spec import SpecTable, TensorSpec
@@ -66,18 +66,6 @@ def overwritable_arguments(op: torch._ops.OpOverload) -> tuple[int, ...]:
     return ()
 
 
-def _base(value: str) -> str:
-    return value.partition("[")[0]
-
-
-def _spec(specs: SpecTable, value: str) -> TensorSpec | None:
-    base, _, index = value.partition("[")
-    entry = specs.get(base)
-    if index and isinstance(entry, tuple):
-        return entry[int(index.rstrip("]"))]
-    return entry if isinstance(entry, TensorSpec) else None
-
-
 def _same_memory_layout(a: TensorSpec, b: TensorSpec) -> bool:
     return (a.dtype == b.dtype and a.shape == b.shape
             and tuple(map(str, a.sym_shape)) == tuple(map(str, b.sym_shape))
@@ -104,56 +92,19 @@ def _dense_view(node: torch.fx.Node, spec: TensorSpec) -> bool:
     return _expr(value.storage_offset()) == 0
 
 
-class _Storages:
-    """Union of storages as reuse merges them (local to ``reuse_storages``)."""
-
-    def __init__(self, alias: AliasTable) -> None:
-        self.alias = alias
-        self.root: dict[int, int] = {}
-        self.values: dict[int, list[str]] = {s.id: list(s.values) for s in alias.storages.values()}
-        self.nbytes: dict[int, int] = {s.id: s.nbytes for s in alias.storages.values()}
-
-    def find(self, storage: int) -> int:
-        while storage in self.root:
-            storage = self.root[storage]
-        return storage
-
-    def of(self, value: str) -> int | None:
-        ref = self.alias.storage_of.get(_base(value))
-        if isinstance(ref, tuple):
-            ref = ref[int(value.partition("[")[2].rstrip("]"))]
-        return None if ref is None else self.find(ref)
-
-    def merge(self, into: int, source: int) -> None:
-        self.root[source] = into
-        self.values[into] += self.values.pop(source)
-        self.nbytes[into] = max(self.nbytes[into], self.nbytes.pop(source))
-
-    def table(self) -> AliasTable:
-        """The alias table with every merged storage under its root id."""
-        def ref(r):
-            if isinstance(r, tuple):
-                return tuple(None if s is None else self.find(s) for s in r)
-            return None if r is None else self.find(r)
-        storages = {}
-        for sid, values in self.values.items():
-            old = self.alias.storages[sid]
-            storages[sid] = Storage(sid, self.nbytes[sid], old.kind, old.graph, tuple(values))
-        return AliasTable({name: ref(r) for name, r in self.alias.storage_of.items()}, storages,
-                          dict(self.alias.state_of), self.alias.write_back)
-
-
 @dataclass
 class _Walk:
     """What the walk over one schedule knows (local to ``reuse_storages``)."""
 
     specs: SpecTable
-    storages: _Storages
+    storages: MergedStorages
     last_read: dict[int, int]  # storage -> last step any of its values is read
     dense: set[str]            # values that cover their storage densely from its start
 
 
-def _last_reads(nodes: Sequence[torch.fx.Node], alias: AliasTable) -> dict[int, int]:
+def last_reads(nodes: Sequence[torch.fx.Node], alias: AliasTable) -> dict[int, int]:
+    """Storage -> the last step (position in ``nodes``) that defines or reads one of its
+    values; ``len(nodes)`` for graph outputs."""
     position = {node: i for i, node in enumerate(nodes)}
     last: dict[int, int] = {}
     for step, node in enumerate(nodes):
@@ -169,7 +120,7 @@ def _first_members(alias: AliasTable, nodes: Sequence[torch.fx.Node],
     and views laid out densely at its start."""
     dense = {s.values[0] for s in alias.storages.values() if s.values}
     for node in nodes:
-        spec = _spec(specs, node.name)
+        spec = specs.spec_of(node.name)
         if isinstance(node.target, torch._ops.OpOverload) and is_view(node.target) and \
                 spec is not None and _dense_view(node, spec):
             dense.add(node.name)
@@ -191,7 +142,7 @@ def _candidate(walk: _Walk, node: torch.fx.Node, step: int, position: int,
     if not isinstance(arg, torch.fx.Node) or not _covers_storage(walk, arg):
         return None
     storage = walk.storages.of(arg.name)
-    spec = _spec(walk.specs, arg.name)
+    spec = walk.specs.spec_of(arg.name)
     if storage is None or spec is None or not _same_memory_layout(spec, out):
         return None
     kept = walk.storages.alias.storages[storage]
@@ -224,7 +175,7 @@ def reuse_storages(program: ExportedProgram, specs: SpecTable, alias: AliasTable
     """
     by_name = {node.name: node for node in program.graph.nodes}
     nodes = [by_name[name] for name in schedule]
-    walk = _Walk(specs, _Storages(alias), _last_reads(nodes, alias),
+    walk = _Walk(specs, MergedStorages(alias), last_reads(nodes, alias),
                  _first_members(alias, nodes, specs))
     reuses = []
     for step, node in enumerate(nodes):
@@ -232,7 +183,7 @@ def reuse_storages(program: ExportedProgram, specs: SpecTable, alias: AliasTable
                 "unbacked_bindings"):
             continue
         output = _output(walk, node)
-        out_spec = _spec(specs, output[0]) if output else None
+        out_spec = specs.spec_of(output[0]) if output else None
         if out_spec is None:
             continue
         for position in overwritable_arguments(node.target):

@@ -7,7 +7,8 @@ Given a program's specs and roles, ``schedule`` decides (each step can be switch
 2. **order** (``order.py``): each candidate order is taken with its own in-place reuse (which
    depends on the order) and planned greedily; the smallest arena wins, the exported order on
    a tie;
-3. **reuse** (``reuse.py``): outputs written over arguments that die where they are read.
+3. **reuse** (``reuse.py``): outputs written over arguments that die where they are read;
+   then **concatenation in place** (``concat.py``): inputs of a ``cat`` made in its slices.
 
 It also measures the *baseline*: today's bound, the exported order with one storage per value
 and no folding, which ``MemoryPlan.baseline_bound_bytes`` reports beside the new bound.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from torch.export import ExportedProgram
 
 from .alias import AliasTable, analyze
+from .concat import concat_in_place
 from .fold import NOTHING_FOLDED, Folded, constant_bytes, constant_tensors, fold_constants
 from .liveness import lifetimes
 from .order import Order, candidate_orders, exported_order
@@ -78,6 +80,16 @@ def _folding(program: ExportedProgram, specs: SpecTable, roles: Roles,
     return choices
 
 
+def _reuse(program: ExportedProgram, specs: SpecTable, alias: AliasTable, order: Order,
+           reuse: bool) -> tuple[AliasTable, tuple[Reuse, ...]]:
+    """In-place reuse, then concatenation in place, along ``order`` (both off without
+    ``reuse``)."""
+    if not reuse:
+        return alias, ()
+    reused, reuses = reuse_storages(program, specs, alias, order)
+    return concat_in_place(program, specs, reused, order), reuses
+
+
 def replay(program: ExportedProgram, specs: SpecTable, roles: Roles, order: Order,
            order_name: str, reuse: bool, fold: bool) -> Schedule:
     """A schedule decided before (a saved program), made again: fold when ``fold``, then
@@ -85,7 +97,7 @@ def replay(program: ExportedProgram, specs: SpecTable, roles: Roles, order: Orde
     constant figures are left at 0)."""
     folded = fold_constants(program, specs, roles) if fold else NOTHING_FOLDED
     alias = analyze(program, specs, roles, folded.computed)
-    reused, reuses = reuse_storages(program, specs, alias, order) if reuse else (alias, ())
+    reused, reuses = _reuse(program, specs, alias, order, reuse)
     return Schedule(reused, order, order_name, reuse, reuses, folded)
 
 
@@ -105,8 +117,7 @@ def schedule(program: ExportedProgram, specs: SpecTable, roles: Roles,
     for folded, alias, constants in choices:
         orders = candidate_orders(program.graph, alias) if options.reorder else exported
         for name, order in orders.items():
-            reused, reuses = reuse_storages(program, specs, alias, order) if options.reuse \
-                else (alias, ())
+            reused, reuses = _reuse(program, specs, alias, order, options.reuse)
             plan = _plan(program, reused, order, alignment)
             key = (plan.arena_bytes + constants, plan.arena_bytes, plan.lower_bound_bytes)
             if best is None or key < best[0]:

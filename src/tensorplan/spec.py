@@ -72,6 +72,15 @@ class SpecTable(Mapping[str, Entry]):
     def __repr__(self) -> str:
         return f"SpecTable({len(self)} values)"
 
+    def spec_of(self, value: str) -> TensorSpec | None:
+        """The spec of a value named ``name`` or, for an item of a multi-output value,
+        ``name[i]``; None for non-tensors and unknown names."""
+        base, _, index = value.partition("[")
+        entry = self._entries.get(base)
+        if index and isinstance(entry, tuple):
+            return entry[int(index.rstrip("]"))]
+        return entry if isinstance(entry, TensorSpec) else None
+
     def tensors(self) -> Iterator[tuple[str, TensorSpec]]:
         """Every tensor spec with its name; items of multi-output values as ``name[i]``."""
         for name, entry in self._entries.items():

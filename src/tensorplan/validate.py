@@ -191,14 +191,8 @@ def plan_error(violations: Sequence[Violation], stage: str = "") -> PlanError:
     return PlanError(f"{prefix}invalid memory plan ({len(violations)} {noun}): {shown}{more}")
 
 
-def check_placement(
-    sizes: Sequence[int],
-    starts: Sequence[int],
-    ends: Sequence[int],
-    offsets: Sequence[int],
-    alignment: int = 1,
-    peak: int | None = None,
-) -> None:
+def check_placement(sizes: Sequence[int], starts: Sequence[int], ends: Sequence[int],
+                    offsets: Sequence[int], alignment: int = 1, peak: int | None = None) -> None:
     """Raise PlanError listing the first problems if the plan is invalid (or exceeds ``peak``).
 
     >>> check_placement([4, 4], [0, 1], [2, 4], [0, 4], peak=8)

@@ -57,12 +57,31 @@ def plan_numbers(plan: MemoryPlan) -> list[tuple[str, str]]:
         ("arena", bytes_text(plan.arena_bytes)),
         ("lower bound", bytes_text(plan.lower_bound_bytes)),
         ("ratio", _ratio(plan)),
+        ("baseline bound", _baseline(plan)),
+        ("order", plan.order),
+        ("constants", _constants(plan)),
         ("algorithm", plan.algorithm),
         ("optimal", "yes" if plan.optimal else "not proven"),
         ("alignment", f"{plan.alignment} B"),
         ("storages", _kinds(plan)),
         ("regions", str(len(plan.regions))),
     ]
+
+
+def _baseline(plan: MemoryPlan) -> str:
+    """The bound before reuse, reordering and folding, and how far the arena is below it."""
+    if not plan.baseline_bound_bytes:
+        return "-"
+    share = plan.arena_bytes / plan.baseline_bound_bytes
+    return f"{bytes_text(plan.baseline_bound_bytes)} (arena {share:.2f}x)"
+
+
+def _constants(plan: MemoryPlan) -> str:
+    """Bytes of the constants the runs read, and before folding when that changed them."""
+    if plan.constant_bytes == plan.baseline_constant_bytes:
+        return bytes_text(plan.constant_bytes)
+    before = bytes_text(plan.baseline_constant_bytes)
+    return f"{bytes_text(plan.constant_bytes)} (before folding {before})"
 
 
 def overview_table(plan: MemoryPlan) -> Table:

@@ -75,9 +75,13 @@ def _fits(text: str, width: float, height: float) -> bool:
 def _label(s: PlannedStorage, width: float, height: float) -> tuple[str, int] | None:
     """The label and its rotation that fit a ``width`` x ``height`` pixel box, or None.
 
-    Tried in order: name and size on one line, on two lines, then upright in a tall box.
+    Tried in order: name and size on one line, on two lines, then upright in a tall box. A
+    storage that holds several values (views, in-place reuse, a concatenation made in place)
+    is named by its first value and how many more share it: ``addmm +1``.
     """
     name = s.values[0] if s.values else f"storage {s.id}"
+    if len(s.values) > 1:
+        name = f"{name} +{len(s.values) - 1}"
     one_line = f"{name} {human_bytes(s.size)}"
     for text, rotation in ((one_line, 0), (f"{name}\n{human_bytes(s.size)}", 0),
                            (one_line, 90)):

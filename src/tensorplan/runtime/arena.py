@@ -41,9 +41,15 @@ class Arena:
     def view(self, offset: int, dtype: torch.dtype, shape: Sequence[int],
              dim_order: Sequence[int]) -> torch.Tensor:
         """A dense tensor of ``shape`` laid out in ``dim_order`` starting at byte ``offset``."""
+        return self.strided(offset, dtype, shape, dense_strides(shape, dim_order))
+
+    def strided(self, offset: int, dtype: torch.dtype, shape: Sequence[int],
+                strides: Sequence[int]) -> torch.Tensor:
+        """A tensor of ``shape`` with element ``strides`` whose first element is at byte
+        ``offset`` (a slice of a concatenation planned in place)."""
         itemsize = dtype.itemsize
         if offset % itemsize:
             raise PlanError(f"runtime: offset {offset} is not a multiple of {itemsize} bytes "
                             f"({dtype}); compile with alignment >= {itemsize}")
-        strides = dense_strides(shape, dim_order)
-        return self._typed_view(dtype).as_strided(tuple(shape), strides, offset // itemsize)
+        return self._typed_view(dtype).as_strided(tuple(shape), tuple(strides),
+                                                  offset // itemsize)

@@ -35,6 +35,9 @@ class Views:
         spec = self.facts.items(name)[index or 0]
         offset = self.plan.storages[spec.storage].offset
         shape = self.facts.shapes[(name, index)].evaluate(bindings)
+        inside = self.facts.slices.get(name if index is None else f"{name}[{index}]")
+        if inside is not None:
+            return self.arena.strided(offset + inside.offset, spec.dtype, shape, inside.strides)
         return self.arena.view(offset, spec.dtype, shape, spec.dim_order)
 
     def outputs(self, name: str, op: Any, bindings: Bindings) -> Any:

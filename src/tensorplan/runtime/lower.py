@@ -31,6 +31,7 @@ import sympy
 import torch
 import torch.fx
 
+from ..alias import Slice
 from ..control_flow import control_flow_op
 from ..errors import UnsupportedOpError
 from ..fold import NOTHING_FOLDED, Folded
@@ -63,6 +64,7 @@ class Kind(enum.Enum):
     NATIVE = "native"                # a small native kernel (copy_, fill_, index_select)
     COPY_IN_PLACE = "copy+in-place"  # out.copy_(self), then the in-place twin on out
     FALLBACK = "fallback"            # functional op, then copied into the planned view
+    CONCATENATED = "in slices"       # its inputs were made in slices of it (concat.py)
     CONTROL_FLOW = "control-flow"    # runs its subgraphs (control_flow.py)
     OUTPUT = "output"                # the graph's results
 
@@ -78,12 +80,14 @@ class Lowered:
     frame_value: bool      # its value (a result, or its planned output views) is in the frame
     kernel: Any = None     # what its step calls: out-variant, in-place twin, native kernel,
     #                        or control-flow description (None where the kind says it all)
+    overwrites: int | None = None  # the argument (position) its result is written over, given
+    #                        to the kernel as ``out`` itself (reuse.py), or None
 
 
 # Kinds whose kernel writes the node's planned output views (put in the frame when the sizes
 # follow from the input sizes).
 WRITES_PLANNED_VIEWS = frozenset({Kind.IN_PLACE, Kind.OUT, Kind.NATIVE, Kind.COPY_IN_PLACE,
-                                  Kind.FALLBACK, Kind.CONTROL_FLOW})
+                                  Kind.FALLBACK, Kind.CONTROL_FLOW, Kind.CONCATENATED})
 
 
 @dataclass(frozen=True)
@@ -97,10 +101,12 @@ class ProgramFacts:
     symbols: Mapping[str, frozenset[sympy.Symbol]]    # value -> free symbols of its sizes
     backed: tuple[sympy.Symbol, ...]                  # symbols bound by input sizes, sorted
     folded: Folded                                    # values computed at compile time
+    slices: Mapping[str, Slice]                       # value -> its slice of a concatenation
 
     @classmethod
-    def of(cls, specs: SpecTable, roles: Roles, folded: Folded = NOTHING_FOLDED) -> ProgramFacts:
-        """The facts of a planned program."""
+    def of(cls, specs: SpecTable, roles: Roles, folded: Folded = NOTHING_FOLDED,
+           slices: Mapping[str, Slice] | None = None) -> ProgramFacts:
+        """The facts of a planned program (``slices``: the alias table's)."""
         shapes: dict[tuple[str, int | None], SymbolicShape] = {}
         symbols: dict[str, frozenset[sympy.Symbol]] = {}
         for name, entry in specs.items():
@@ -112,7 +118,8 @@ class ProgramFacts:
         for (name, _), shape in shapes.items():
             symbols[name] = symbols.get(name, frozenset()) | shape.symbols
         backed = {s for name in roles.user_inputs for s in symbols.get(name, ())}
-        return cls(specs, roles, shapes, symbols, tuple(sorted(backed, key=str)), folded)
+        return cls(specs, roles, shapes, symbols, tuple(sorted(backed, key=str)), folded,
+                   dict(slices or {}))
 
     def items(self, name: str) -> list[TensorSpec | None]:
         """The specs of a value's outputs (one item for single-output values)."""
@@ -150,6 +157,17 @@ def _writes_argument(node: torch.fx.Node, name: str, facts: ProgramFacts) -> int
     return None
 
 
+def _made_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> bool:
+    """Every tensor input already lives in a slice of the node's output storage: the result
+    is there once they are made (a concatenation in place)."""
+    prefix = name[:len(name) - len(node.name)]
+    inputs = [n for n in node.all_input_nodes if facts.is_tensor(prefix + n.name)]
+    target = facts.items(name)[0]
+    return bool(inputs) and target is not None and name not in facts.slices and all(
+        prefix + n.name in facts.slices and facts.specs.get(prefix + n.name).storage
+        == target.storage for n in inputs)
+
+
 def _copy_then_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> bool:
     """True when ``op(self, ...)`` can run as ``out.copy_(self); op_(out, ...)``: the op has an
     in-place twin and its one output has the shape and dtype of ``self``."""
@@ -163,8 +181,8 @@ def _copy_then_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> 
 
 
 def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
-              inputs_per_frame: bool) -> tuple[Kind, bool, Any]:
-    """(kind, per_frame, kernel) of an ATen op node."""
+              inputs_per_frame: bool) -> tuple:
+    """(kind, per_frame, kernel[, overwritten argument]) of an ATen op node."""
     op = node.target
     if node.meta.get("unbacked_bindings"):
         return Kind.DATA_DEPENDENT, False, None
@@ -174,9 +192,11 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
         return Kind.PLAIN, False, None
     if is_view(op):
         return Kind.VIEW, inputs_per_frame and facts.resolvable(name), None
+    if _made_in_place(node, name, facts):
+        return Kind.CONCATENATED, False, None
     written = _writes_argument(node, name, facts)
     if written is not None:
-        return _lower_written(op, written)
+        return (*_lower_written(op, written), written)
     variant = out_variant(op)
     if variant is not None and not variant.generated:
         return Kind.OUT, False, variant
@@ -189,12 +209,13 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
 
 def _lower_written(op: torch._ops.OpOverload, written: int) -> tuple[Kind, bool, Any]:
     """An op whose output shares argument ``written``'s storage (a state update or a reuse):
-    the in-place twin on ``self``, a native kernel, or an elementwise out-variant whose ``out``
-    is that argument; else compute, then copy over it."""
+    the in-place twin on ``self``, a native kernel, or an elementwise out-variant, given that
+    argument itself as ``out`` (the same tensor, not only the same memory: ATen refuses an
+    ``out`` whose strides differ, even in size-1 dims); else compute, then copy over it."""
     twin = inplace_variant(op)
     if twin is not None and written == 0:
         return Kind.IN_PLACE, False, twin
-    if op in NATIVE_INTO:
+    if op in NATIVE_INTO and written == 0:
         return Kind.NATIVE, False, NATIVE_INTO[op]
     variant = out_variant(op)
     if torch.Tag.pointwise in op.tags and variant is not None and not variant.generated:
@@ -223,7 +244,7 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
     """
     name = prefix + node.name
     inputs_per_frame = all(prefix + n.name in per_frame for n in node.all_input_nodes)
-    kernel = None
+    kernel, overwrites = None, None
     if name in facts.folded.computed:
         kind = Kind.FOLDED if name in facts.folded.kept else Kind.FOLDED_AWAY
         return Lowered(name, _target(node), kind, True, True)
@@ -239,7 +260,8 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
     elif node.target is operator.getitem:
         kind, frame = Kind.GETITEM, inputs_per_frame
     elif isinstance(node.target, torch._ops.OpOverload):
-        kind, frame, kernel = _lower_op(node, name, facts, inputs_per_frame)
+        kind, frame, kernel, *over = _lower_op(node, name, facts, inputs_per_frame)
+        overwrites = over[0] if over and kind is not Kind.FALLBACK else None
     elif control_flow_op(node) is not None:
         kind, frame, kernel = Kind.CONTROL_FLOW, False, control_flow_op(node)
     else:
@@ -248,7 +270,7 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
         frame = sizes_only and inputs_per_frame
     planned_views = kind in WRITES_PLANNED_VIEWS and not node.meta.get("unbacked_bindings")
     frame_value = frame or (planned_views and facts.resolvable(name))
-    return Lowered(name, _target(node), kind, frame, frame_value, kernel)
+    return Lowered(name, _target(node), kind, frame, frame_value, kernel, overwrites)
 
 
 def lower_graph(module: torch.fx.GraphModule, prefix: str, facts: ProgramFacts,

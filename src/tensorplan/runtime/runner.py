@@ -48,7 +48,7 @@ class Runner:
         leaves = self.in_spec.num_leaves
         self.positional = pytree.tree_flatten((tuple(range(leaves)), {}))[1] == self.in_spec
         _, self.shape_env = program_shape_env(program)
-        self.facts = ProgramFacts.of(specs, roles, folded)
+        self.facts = ProgramFacts.of(specs, roles, folded, alias.slices)
         self.stats = RunStats()
         self.arena = Arena(plan.arena_bytes)
         constants = {**constant_tensors(program, roles), **folded.kept}

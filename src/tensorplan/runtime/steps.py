@@ -153,15 +153,25 @@ def _planned_views(node: torch.fx.Node, row: Lowered, ctx: StepContext) -> tuple
 Write = Callable[[Any, list, dict], None]  # (planned out views, args, kwargs) -> None
 
 
+def _out_of(row: Lowered) -> Callable[[Any, list], Any]:
+    """The ``out`` a kernel is given: the planned views, or, for a result written over an
+    argument, that argument itself in their first place."""
+    over = row.overwrites
+    if over is None:
+        return lambda views, args: views
+    return lambda views, args: (args[over], *views[1:]) if isinstance(views, tuple) \
+        else args[over]
+
+
 def _into_views(writer: Callable[[torch.fx.Node, Lowered, StepContext], Write]):
     """A builder whose kernel writes the node's planned views (placed by a step before it)."""
     def build(node, row, ctx) -> Built:
         slot, args_of = ctx.slots[node], compile_args(node.args, node.kwargs, ctx.slots)
-        write = writer(node, row, ctx)
+        write, out_of = writer(node, row, ctx), _out_of(row)
 
         def call(env: Env, b: Bindings) -> None:
             args, kwargs = args_of(env)
-            write(env[slot], args, kwargs)
+            write(out_of(env[slot], args), args, kwargs)
         return [_planned_views(node, row, ctx), (call, False)]
     return build
 
@@ -204,7 +214,7 @@ def _fallback(node, row, ctx) -> Write:
 
 
 def _out(node, row, ctx) -> Built:
-    slot, variant = ctx.slots[node], row.kernel
+    slot, variant, out_of = ctx.slots[node], row.kernel, _out_of(row)
     kwargs = {k: v for k, v in node.kwargs.items() if k not in variant.dropped}
     build, op, names = compile_args(node.args, kwargs, ctx.slots), variant.op, variant.out_names
     if len(names) == 1:
@@ -212,12 +222,12 @@ def _out(node, row, ctx) -> Built:
 
         def call(env: Env, b: Bindings) -> None:
             args, kw = build(env)
-            kw[out_name] = env[slot]
+            kw[out_name] = out_of(env[slot], args)
             op(*args, **kw)
     else:
         def call(env: Env, b: Bindings) -> None:
             args, kw = build(env)
-            kw.update(zip(names, env[slot], strict=True))
+            kw.update(zip(names, out_of(env[slot], args), strict=True))
             op(*args, **kw)
     return [_planned_views(node, row, ctx), (call, False)]
 
@@ -264,6 +274,7 @@ BUILDERS: dict[Kind, Callable[[torch.fx.Node, Lowered, StepContext], Built]] = {
     Kind.COPY_IN_PLACE: _into_views(_copy_in_place),
     Kind.FALLBACK: _into_views(_fallback),
     Kind.CONTROL_FLOW: _control_flow,
+    Kind.CONCATENATED: lambda node, row, ctx: [_planned_views(node, row, ctx)],
 }
 
 

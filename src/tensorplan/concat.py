@@ -1,0 +1,138 @@
+"""Stage 3b': concatenation in place — each input of a ``cat`` is made in its slice of the output.
+
+A ``cat`` whose inputs die there copies nothing when every input is planned as a strided view
+of its slice of the output's storage: the producers write their results straight into the
+slices, the ``cat`` itself runs no kernel, and inputs and output are never live twice
+(Inception-style blocks, UNet skips, SqueezeNet fire modules). A ``cat``'s inputs are placed
+so, all of them or none (a ``cat`` copying some inputs over others would overlap them), when
+each input satisfies:
+
+- its storage is an activation of the top-level graph read by nothing after the ``cat``
+  (every value in it: views and in-place reuses included), and no other input of the same
+  ``cat`` lives in it;
+- every value in its storage that a kernel writes (not a view) has the input's shape and
+  layout, and the ``cat`` output has that layout too: the slice is the output's strides over
+  the input's shape, at the offset of its first element;
+- all sizes are static.
+
+It is done only where it keeps or lowers the bound: the output's storage is then live from the
+first input's definition, which can cost more than it saves when an input is made long before
+the ``cat``. The result is a new ``AliasTable`` whose ``slices`` give each placed value's
+offset and strides inside the output's storage.
+
+Worked example: ``cat([conv_a(x), conv_b(x)], dim=1)`` with both convolutions read only by the
+``cat``: ``convolution`` lives at offset 0 of ``cat``'s storage, ``convolution_1`` at the
+offset of channel ``a``'s width, both with ``cat``'s strides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+
+from .alias import AliasTable, MergedStorages, Slice
+from .layout import same_layout
+from .liveness import lifetimes
+from .planners import Buffer, lower_bound
+from .reuse import last_reads
+from .schemas import is_view
+from .spec import SpecTable, TensorSpec
+
+_CAT = torch.ops.aten.cat.default
+
+
+def _bound(program: ExportedProgram, alias: AliasTable, order: Sequence[str]) -> int:
+    """The top-level graph's bound: the most bytes live at one step (regions aside)."""
+    top = lifetimes(program, alias, order)[""]
+    return lower_bound([Buffer(alias.storages[lt.storage].nbytes, lt.start, lt.end)
+                        for lt in top.lifetimes])
+
+
+def _writes_like(values: Sequence[str], nodes: dict[str, torch.fx.Node], specs: SpecTable,
+                 spec: TensorSpec) -> bool:
+    """Every value a kernel writes (not a view) has ``spec``'s shape and layout."""
+    for value in values:
+        node = nodes[value.partition("[")[0]]
+        if isinstance(node.target, torch._ops.OpOverload) and is_view(node.target):
+            continue
+        other = specs.spec_of(value)
+        if other is None or other.shape != spec.shape or other.dtype != spec.dtype or \
+                not same_layout(spec.shape, spec.dim_order, other.dim_order):
+            return False
+    return True
+
+
+def _slices(node: torch.fx.Node, specs: SpecTable) -> list[tuple[torch.fx.Node, Slice]] | None:
+    """Each input of a static ``cat`` with its slice of the output, or None."""
+    out = specs.spec_of(node.name)
+    inputs = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if out is None or out.is_dynamic or not all(isinstance(a, torch.fx.Node) for a in inputs):
+        return None
+    dim %= len(out.shape)
+    placed, start = [], 0
+    for arg in inputs:
+        spec = specs.spec_of(arg.name)
+        if spec is None or spec.is_dynamic or spec.dtype != out.dtype:
+            return None
+        placed.append((arg, Slice(start * out.strides[dim] * out.dtype.itemsize, out.strides)))
+        start += spec.shape[dim]
+    return placed
+
+
+def _is_view(value: str, nodes: dict[str, torch.fx.Node]) -> bool:
+    node = nodes[value.partition("[")[0]]
+    return isinstance(node.target, torch._ops.OpOverload) and is_view(node.target)
+
+
+def _place(merged: MergedStorages, cat: torch.fx.Node, step: int, specs: SpecTable,
+           nodes: dict[str, torch.fx.Node], order: Sequence[str]) -> dict[str, Slice]:
+    """Merge every input of ``cat`` that can be made in place into its output's storage;
+    return the slices of the values moved."""
+    out = specs.spec_of(cat.name)
+    into = merged.of(cat.name)
+    placed = _slices(cat, specs)
+    if placed is None or into is None or merged.alias.storages[into].kind != "activation" \
+            or merged.alias.storages[into].graph:
+        return {}
+    last = last_reads([nodes[name] for name in order], merged.table())
+    inputs = [arg for arg, _ in placed]
+    storages = [merged.of(arg.name) for arg in inputs]
+    for arg, storage in zip(inputs, storages, strict=True):
+        spec = specs.spec_of(arg.name)
+        kept = merged.alias.storages.get(storage) if storage is not None else None
+        if kept is None or storage == into or kept.kind != "activation" or kept.graph \
+                or last.get(storage) != step or storages.count(storage) != 1 \
+                or not same_layout(spec.shape, spec.dim_order, out.dim_order) \
+                or not _writes_like(merged.values[storage], nodes, specs, spec):
+            return {}
+    slices = {}
+    for (_, where), storage in zip(placed, storages, strict=True):
+        slices.update({v: where for v in merged.values[storage] if not _is_view(v, nodes)})
+        merged.merge(into, storage)
+    return slices
+
+
+def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
+                    order: Sequence[str]) -> AliasTable:
+    """The alias table with the inputs of every ``cat`` that can be made in place moved into
+    slices of its output's storage, walking the top-level graph in ``order``; a ``cat`` is
+    kept as it is when placing its inputs would raise the bound.
+
+    Pure: the program and the given table are not modified.
+    """
+    nodes = {node.name: node for node in program.graph.nodes}
+    table = alias
+    for step, name in enumerate(order):
+        if nodes[name].target is not _CAT:
+            continue
+        trial = MergedStorages(table)
+        slices = _place(trial, nodes[name], step, specs, nodes, order)
+        if slices:
+            candidate = trial.table(slices)
+            if _bound(program, candidate, order) <= _bound(program, table, order):
+                table = candidate
+    return table

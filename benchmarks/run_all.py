@@ -224,8 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"run_all: {script} {status} in {outcome.seconds:.0f} s", file=sys.stderr,
               flush=True)
         outcomes.append(outcome)
+    text = report(outcomes)  # before opening --out: truncating it would mark the commit dirty
     with open(options.out, "w", encoding="utf-8") as handle:
-        handle.write(report(outcomes))
+        handle.write(text)
     print(f"run_all: wrote {options.out}", file=sys.stderr)
     return 0 if all(outcome.ok for outcome in outcomes) else 1
 

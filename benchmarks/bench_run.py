@@ -6,13 +6,16 @@ For each model (default: every name in ``tensorplan.zoo.names()``, ``hf_*`` incl
 ``transformers`` is installed) the script compiles with ``tp.compile`` and reports two tables:
 
 - **latency**, per input size: eager (the module called directly, never
-  ``ExportedProgram.module()``), ``Program.run`` (``copy_outputs=True``, the default) and
+  ``ExportedProgram.module()``), ``Program.run`` with the bound-lowering off and on
+  (``copy_outputs=True``, the default) and
   ``run(..., copy_outputs=False)``, and ExecuTorch's portable runtime when ``executorch`` is
   installed (``to_edge(torch.export.export(...)).to_executorch()``, its ``.buffer`` loaded with
   ``executorch.runtime.Runtime``). Each is the median of ``--runs`` timed calls after a warm-up,
   under ``torch.no_grad()`` with ``torch.set_num_threads(1)``; the methods are interleaved call
-  by call, so load from other processes hits them alike. Models with a dynamic sequence length
-  are timed at its lower bound, the example length and its upper bound.
+  by call, so load from other processes hits them alike. "Lowering off" is the program compiled
+  with ``reuse=False, reorder=False, fold=False`` (the plan before the bound-lowering stage).
+  Models with a dynamic sequence length are timed at its lower bound, the example length and
+  its upper bound. A model whose ``run`` raises is named, with the reason, under the tables.
 - **coverage and memory**, per model: the kernel nodes of the graph (ATen calls that compute a
   tensor, views excluded), the ops that ran functionally instead of through an out-variant
   (``Program.stats`` after all runs; target: none), whether ``run`` matches eager, and the peak
@@ -24,30 +27,37 @@ For each model (default: every name in ``tensorplan.zoo.names()``, ``hf_*`` incl
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from common import emit, executorch_installed, lower_to_executorch, one_line, quiet
+from common import (
+    WARM_UP,
+    emit,
+    executorch_call,
+    executorch_failure,
+    executorch_installed,
+    load_executorch,
+    lower_to_executorch,
+    medians,
+    one_line,
+    quiet,
+    same_outputs,
+)
 from torch.export import Dim
-from torch.utils import _pytree as pytree
 
 import tensorplan as tp
 from tensorplan import zoo
 from tensorplan.zoo import Example
 
-WARM_UP = 5            # untimed calls of each method before timing
 DEFAULT_RUNS = 50      # timed calls of each method
 REASON_CHARS = 160     # longest failure reason printed in a table cell
 CHILD_TIMEOUT = 900    # seconds a memory subprocess may take
@@ -65,6 +75,7 @@ class Latency:
     model: str                         # zoo name
     seq: int | None                    # sequence length, None for a static model
     eager: float                       # the eager module
+    run_before: float                  # Program.run compiled with reuse, reorder, fold off
     run: float                         # Program.run, outputs copied
     run_no_copy: float                 # Program.run(copy_outputs=False)
     executorch: float | str | None     # ExecuTorch portable runtime, why it failed, or None
@@ -173,105 +184,28 @@ def allocations(program: tp.Program, args: tuple, kwargs: dict) -> dict[str, int
     return allocated
 
 
-def same_outputs(expected: Any, actual: Any) -> bool:
-    """True when the two output structures hold equal tensors (``assert_close`` defaults)."""
-    try:
-        torch.testing.assert_close(actual, expected)
-    except (AssertionError, TypeError, ValueError):
-        return False
-    return True
-
-
-# --- latency ---------------------------------------------------------------------------------
-def medians(methods: dict[str, Callable[[], Any]], runs: int) -> dict[str, float]:
-    """Median milliseconds per call of each method, interleaved call by call after a warm-up."""
-    times: dict[str, list[float]] = {name: [] for name in methods}
-    with torch.no_grad():
-        for call in methods.values():
-            for _ in range(WARM_UP):
-                call()
-        for _ in range(runs):
-            for name, call in methods.items():
-                start = time.perf_counter()
-                call()
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) * 1e3 for name, values in times.items()}
-
-
-def executorch_program(example: Example) -> Any:
-    """The example model lowered to ExecuTorch (default config), loaded by its runtime.
-
-    Returns the runtime's ``Program``: it owns the bytes its methods run from, so it must stay
-    referenced while they do. Lowering runs under ``torch.no_grad()``: its passes run in-place
-    ops on the parameters.
-    """
-    from executorch.runtime import Runtime
-
-    return Runtime.get().load_program(lower_to_executorch(example).buffer)
-
-
-def _executorch_call(program: Any, args: tuple, kwargs: dict) -> Callable[[], Any]:
-    """A call of the ExecuTorch program's ``forward`` on the flattened user inputs.
-
-    The caller keeps ``program`` referenced while the call is used.
-    """
-    method, flat = program.load_method("forward"), pytree.tree_leaves((args, kwargs))
-    return lambda: method.execute(flat)
-
-
-@contextlib.contextmanager
-def native_stderr(lines: list[str]) -> Iterator[None]:
-    """Capture what native code writes to file descriptor 2 into ``lines``."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            lines += capture.read().decode(errors="replace").splitlines()
-
-
-def executorch_failure(call: Callable[[], Any]) -> str | None:
-    """None when one call of the ExecuTorch method succeeds, else why it failed.
-
-    The runtime raises only an error code; the reason is the last and the first line of its
-    native log that say what failed (the failing kernel, then the check it failed; ``[file:line]``
-    prefixes dropped), or the exception itself.
-    """
-    log: list[str] = []
-    try:
-        with native_stderr(log):
-            call()
-    except Exception as error:  # a runtime failure becomes the cell, not a crash
-        failed = [line.split("] ", 1)[-1] for line in log if "failed" in line.lower()]
-        return one_line(" / ".join(dict.fromkeys(failed[-1:] + failed[:1])) or error,
-                        REASON_CHARS)
-    return None
-
-
-def time_length(name: str, example: Example, program: tp.Program,
+def time_length(name: str, example: Example, programs: tuple[tp.Program, tp.Program],
                 executorch_model: Any | str | None, length: int | None, runs: int) -> Latency:
-    """Time eager, run, run without copies and ExecuTorch on the inputs at ``length``."""
+    """Time eager, run before and after lowering the bound, run without copies and ExecuTorch
+    on the inputs at ``length``; ``programs`` is (compiled with the lowering off, with it on)."""
     args, kwargs = inputs_at(example, length), example.kwargs
+    before, program = programs
     methods: dict[str, Callable[[], Any]] = {
         "eager": lambda: example.model(*args, **kwargs),
+        "run_before": lambda: before.run(*args, **kwargs),
         "run": lambda: program.run(*args, **kwargs),
         "run_no_copy": lambda: program.run(*args, copy_outputs=False, **kwargs),
     }
     executorch: float | str | None = executorch_model if isinstance(executorch_model, str) \
         else None
     if executorch_model is not None and executorch is None:
-        call = _executorch_call(executorch_model, args, kwargs)
-        executorch = executorch_failure(call)
+        call = executorch_call(executorch_model, args, kwargs)
+        executorch = executorch_failure(call, REASON_CHARS)
         if executorch is None:
             methods["executorch"] = call
     result = medians(methods, runs)
-    return Latency(name, length, result["eager"], result["run"], result["run_no_copy"],
-                   result.get("executorch", executorch))
+    return Latency(name, length, result["eager"], result["run_before"], result["run"],
+                   result["run_no_copy"], result.get("executorch", executorch))
 
 
 # --- memory subprocesses ---------------------------------------------------------------------
@@ -330,23 +264,30 @@ def _executorch_or_reason(example: Example, with_executorch: bool) -> Any | str 
     if not with_executorch:
         return None
     try:
-        return executorch_program(example)
+        return load_executorch(lower_to_executorch(example))
     except Exception as error:  # any lowering failure becomes the table cell
         return one_line(error, REASON_CHARS)
 
 
 def measure(name: str, runs: int, with_executorch: bool,
-            workdir: str) -> tuple[list[Latency], Coverage]:
-    """Compile, check, time and measure the memory of zoo model ``name``."""
+            workdir: str) -> tuple[list[Latency], Coverage] | str:
+    """Compile, check, time and measure the memory of zoo model ``name``; why it could not be
+    measured when its run raises."""
     example = zoo.example(name)
     with quiet():
+        before = tp.compile(example.model, example.args, example.kwargs,
+                            dynamic_shapes=example.dynamic_shapes, reuse=False, reorder=False,
+                            fold=False)
         program = tp.compile(example.model, example.args, example.kwargs,
                              dynamic_shapes=example.dynamic_shapes)
     with torch.no_grad():
-        matches = same_outputs(example.model(*example.args, **example.kwargs),
-                               program.run(*example.args, **example.kwargs))
+        expected = example.model(*example.args, **example.kwargs)
+        try:
+            matches = same_outputs(expected, program.run(*example.args, **example.kwargs))
+        except Exception as error:  # a failing run is reported under the tables
+            return one_line(error, REASON_CHARS)
     executorch_model = _executorch_or_reason(example, with_executorch)
-    latencies = [time_length(name, example, program, executorch_model, length, runs)
+    latencies = [time_length(name, example, (before, program), executorch_model, length, runs)
                  for length in lengths(example)]
     program_path = os.path.join(workdir, f"{name}.tpp")
     inputs_path = os.path.join(workdir, f"{name}.inputs.pt")
@@ -383,19 +324,23 @@ def _executorch_cells(row: Latency) -> list[str]:
 
 def latency_table(rows: Sequence[Latency], runs: int, with_executorch: bool) -> str:
     """The latency rows as a markdown table with its header note."""
-    header = ["model", "seq", "eager (ms)", "run (ms)", "run / eager", "run, no copy (ms)",
-              "no copy / eager"]
+    header = ["model", "seq", "eager (ms)", "run, lowering off (ms)", "off / eager", "run (ms)",
+              "run / eager", "run, no copy (ms)", "no copy / eager"]
     if with_executorch:
         header += ["ExecuTorch (ms)", "ExecuTorch / eager"]
     cells = []
     for row in rows:
         line = [row.model, "static" if row.seq is None else str(row.seq), _ms(row.eager),
+                _ms(row.run_before), _ratio(row.run_before, row.eager),
                 _ms(row.run), _ratio(row.run, row.eager), _ms(row.run_no_copy),
                 _ratio(row.run_no_copy, row.eager)]
         cells.append(line + (_executorch_cells(row) if with_executorch else []))
     note = (f"Latency: median of {runs} timed calls after {WARM_UP} warm-up calls, "
             f"`torch.set_num_threads(1)`, under `torch.no_grad()`, methods interleaved call by "
-            f"call; eager calls the module directly. Target: run / eager <= 1.2x.\n\n")
+            f"call; eager calls the module directly; \"lowering off\" is the program compiled "
+            f"with `reuse=False, reorder=False, fold=False` (one buffer per value, the exported "
+            f"order, no folded constants: the plan before issue 11). "
+            f"Target: run / eager <= 1.2x.\n\n")
     return note + _markdown(header, cells)
 
 
@@ -459,6 +404,14 @@ def coverage_table(rows: Sequence[Coverage], runs: int) -> str:
     return note + _markdown(header, cells)
 
 
+def _failures_note(failures: dict[str, str]) -> str:
+    """A paragraph naming the models whose run raised, and why; empty when none did."""
+    if not failures:
+        return ""
+    items = "; ".join(f"`{name}`: {reason}" for name, reason in failures.items())
+    return f"\nNot measured (`Program.run` raised on the example inputs): {items}\n"
+
+
 # --- entry points ----------------------------------------------------------------------------
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -493,13 +446,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     with_executorch = executorch_installed()
     latencies: list[Latency] = []
     coverages: list[Coverage] = []
+    failures: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench_run_") as workdir:
         for name in names:
-            rows, coverage = measure(name, options.runs, with_executorch, workdir)
-            latencies += rows
-            coverages.append(coverage)
+            measured = measure(name, options.runs, with_executorch, workdir)
+            if isinstance(measured, str):
+                failures[name] = measured
+                continue
+            latencies += measured[0]
+            coverages.append(measured[1])
     text = (latency_table(latencies, options.runs, with_executorch) + "\n"
-            + coverage_table(coverages, options.runs))
+            + coverage_table(coverages, options.runs) + _failures_note(failures))
     emit(text, options.out)
     return 0
 

@@ -1,17 +1,26 @@
-"""Helpers the benchmark scripts share: ExecuTorch lowering, quiet output, table cells, files."""
+"""Helpers the benchmark scripts share: ExecuTorch lowering, timing, quiet output, table cells,
+files."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import io
+import os
+import statistics
+import sys
+import tempfile
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from tensorplan.zoo import Example
+
+WARM_UP = 5  # untimed calls of each method before timing
 
 
 def executorch_installed() -> bool:
@@ -36,8 +45,43 @@ def quiet() -> Iterator[None]:
         yield
 
 
-def lower_to_executorch(example: Example) -> Any:
-    """The example exported and lowered by ExecuTorch with its default config (greedy plan).
+def _pointwise_edge_ops(edge_program: Any) -> frozenset[Any]:
+    """The edge ops of the program whose ATen op is tagged pointwise and returns one tensor."""
+    found = set()
+    for node in edge_program.graph.nodes:
+        op = getattr(node.target, "_op", None)
+        if node.op == "call_function" and isinstance(op, torch._ops.OpOverload) \
+                and torch.Tag.pointwise in op.tags and len(op._schema.returns) == 1:
+            found.add(node.target)
+    return frozenset(found)
+
+
+def _backend_config(name: str, edge_program: Any) -> Any:
+    """ExecuTorch's ``ExecutorchBackendConfig`` called ``name`` in ``EXECUTORCH_CONFIGS``."""
+    from executorch.exir import ExecutorchBackendConfig
+
+    if name == "greedy":
+        return ExecutorchBackendConfig()
+    if name == "const-prop":
+        return ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True)
+    if name == "const-prop + re-inplace":
+        return ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True,
+                                       run_reinplace_pass=True)
+    return ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True, run_reinplace_pass=True,
+                                   reinplace_extra_ops=_pointwise_edge_ops(edge_program))
+
+
+# ExecuTorch configurations measured, by name (all plan with its greedy memory planner, inputs
+# and outputs in the arena, alignment 16): its default; constant propagation (and quantisation
+# fusion) on; that plus its re-inplace pass (by default it covers ``index_put`` alone); and the
+# re-inplace pass extended to every pointwise op of the graph.
+EXECUTORCH_CONFIGS = ("greedy", "const-prop", "const-prop + re-inplace",
+                      "const-prop + re-inplace pointwise")
+
+
+def lower_to_executorch(example: Example, config: str = "greedy") -> Any:
+    """The example exported and lowered by ExecuTorch with the named ``EXECUTORCH_CONFIGS``
+    entry (default: its default config, greedy plan).
 
     Lowering runs under ``torch.no_grad()``: ExecuTorch's passes execute in-place ops on the
     module's parameters, which autograd rejects for leaves that require grad.
@@ -47,7 +91,101 @@ def lower_to_executorch(example: Example) -> Any:
     exported = torch.export.export(example.model, example.args, example.kwargs,
                                    dynamic_shapes=example.dynamic_shapes, strict=False)
     with torch.no_grad(), quiet():
-        return to_edge(exported).to_executorch()
+        edge = to_edge(exported)
+        return edge.to_executorch(_backend_config(config, edge.exported_program()))
+
+
+def executorch_arena_bytes(lowered: Any) -> int:
+    """Bytes of a lowered program's planned arena: the sum of its planned buffers
+    (``execution_plan[0].non_const_buffer_sizes[1:]``; id 0 is the constant buffer)."""
+    return sum(lowered.executorch_program.execution_plan[0].non_const_buffer_sizes[1:])
+
+
+def executorch_constant_bytes(lowered: Any) -> int:
+    """Bytes of a lowered program's constant tensors (its constant buffer, padding included)."""
+    program = lowered.executorch_program
+    return sum(len(buffer.storage) for buffer in program.constant_buffer)
+
+
+def load_executorch(lowered: Any) -> Any:
+    """A lowered program loaded by ExecuTorch's runtime (its ``Program``).
+
+    The ``Program`` owns the bytes its methods run from, so it must stay referenced while they
+    do.
+    """
+    from executorch.runtime import Runtime
+
+    return Runtime.get().load_program(lowered.buffer)
+
+
+def executorch_call(program: Any, args: tuple, kwargs: dict) -> Callable[[], Any]:
+    """A call of the loaded ExecuTorch program's ``forward`` on the flattened user inputs.
+
+    Loading the method can fail (a kernel the runtime does not have); that raises here. The
+    caller keeps ``program`` referenced while the call is used.
+    """
+    method, flat = program.load_method("forward"), pytree.tree_leaves((args, kwargs))
+    return lambda: method.execute(flat)
+
+
+@contextlib.contextmanager
+def native_stderr(lines: list[str]) -> Iterator[None]:
+    """Capture what native code writes to file descriptor 2 into ``lines``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines += capture.read().decode(errors="replace").splitlines()
+
+
+def executorch_failure(call: Callable[[], Any], limit: int) -> str | None:
+    """None when ``call`` (loading or running an ExecuTorch method) succeeds, else why it
+    failed, in at most ``limit`` characters.
+
+    The runtime raises only an error code; the reason is the last and the first line of its
+    native log that say what failed or is missing (the failing kernel, then the check it failed;
+    ``[file:line]`` prefixes dropped), or the exception itself.
+    """
+    log: list[str] = []
+    try:
+        with native_stderr(log):
+            call()
+    except Exception as error:  # a runtime failure becomes the cell, not a crash
+        failed = [line.split("] ", 1)[-1] for line in log
+                  if "failed" in line.lower() or "missing" in line.lower()]
+        return one_line(" / ".join(dict.fromkeys(failed[-1:] + failed[:1])) or error, limit)
+    return None
+
+
+def same_outputs(expected: Any, actual: Any) -> bool:
+    """True when the two output structures hold equal tensors (``assert_close`` defaults)."""
+    try:
+        torch.testing.assert_close(actual, expected)
+    except (AssertionError, TypeError, ValueError):
+        return False
+    return True
+
+
+def medians(methods: dict[str, Callable[[], Any]], runs: int) -> dict[str, float]:
+    """Median milliseconds per call of each method, interleaved call by call after
+    ``WARM_UP`` untimed calls of each."""
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    with torch.no_grad():
+        for call in methods.values():
+            for _ in range(WARM_UP):
+                call()
+        for _ in range(runs):
+            for name, call in methods.items():
+                start = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
 def emit(text: str, out: str | None) -> None:

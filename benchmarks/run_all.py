@@ -1,11 +1,13 @@
 """Run every benchmark script and collect their tables in one markdown file.
 
-Usage: ``python benchmarks/run_all.py [--out FILE] [--timeout SECONDS]``
+Usage: ``python benchmarks/run_all.py [--out FILE] [--timeout SECONDS] [--keep SCRIPT ...]``
 
 Each script in ``SECTIONS`` runs as its own subprocess (``sys.executable SCRIPT --out TMP``, from
 the repository root), so a crash or a hang in one cannot take the others down. The report has
 the machine (CPUs, torch and ExecuTorch versions, commit, date) and one section per script: its
 markdown tables, or, when it failed, the exit status and the last lines of its stderr.
+``--keep bench_dsa.py`` does not run that script: its section is copied from the report already
+at ``--out``, marked with that report's date and commit.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # (section heading, script in this directory), in report order
 SECTIONS = (
-    ("Memory plan: arena vs lower bound (and ExecuTorch)", "bench_plan.py"),
+    ("Memory plan: the bound lowered, vs ExecuTorch's best configuration", "bench_plan.py"),
     ("Run: latency, out-variant coverage and memory vs eager (and ExecuTorch)", "bench_run.py"),
     ("Planner on the DSA instances", "bench_dsa.py"),
 )
@@ -43,6 +45,7 @@ class Outcome:
     ok: bool             # exited 0 (and did not time out)
     text: str            # its tables when ok, else why it failed and its stderr tail
     seconds: float       # wall time
+    kept: str = ""       # where a section not re-run came from ("" when it ran now)
 
 
 def _version(package: str) -> str:
@@ -148,13 +151,47 @@ def _read(path: str) -> str:
         return ""
 
 
+def _previous_sections(text: str) -> dict[str, tuple[str, str]]:
+    """Heading -> (the line naming the script and its wall time, the tables) of a report."""
+    sections = {}
+    for chunk in text.split("\n## ")[1:]:
+        heading, _, body = chunk.partition("\n\n")
+        timing, _, tables = body.partition("\n\n")
+        sections[heading.strip()] = (timing.strip(), tables.rstrip() + "\n")
+    return sections
+
+
+def _machine_item(text: str, key: str) -> str:
+    """The value of the ``- key: value`` line of a report's machine list, or ``unknown``."""
+    for line in text.splitlines():
+        if line.startswith(f"- {key}: "):
+            return line.removeprefix(f"- {key}: ")
+    return "unknown"
+
+
+def kept_outcome(script: str, previous: str) -> Outcome:
+    """The section of ``script`` copied from the report text ``previous``, not re-run.
+
+    It counts as failed when that report has no such section.
+    """
+    heading = next(title for title, name in SECTIONS if name == script)
+    found = _previous_sections(previous).get(heading)
+    if found is None:
+        return Outcome(script, False, _failure(f"`--keep {script}`: the previous report has no "
+                                               f"section {heading!r}", ""), 0.0)
+    timing, tables = found
+    origin = (f"kept from the report of {_machine_item(previous, 'date')} (commit "
+              f"{_machine_item(previous, 'commit')}; {timing.rstrip('.')}), not re-run")
+    return Outcome(script, True, tables, 0.0, origin)
+
+
 def report(outcomes: Sequence[Outcome]) -> str:
     """The whole markdown report: title, machine, then one section per script."""
     parts = ["# Benchmark results\n\n", "Written by `benchmarks/run_all.py` (`make bench`).\n\n",
              "## Machine\n\n", machine()]
     for (heading, _), outcome in zip(SECTIONS, outcomes, strict=True):
-        parts.append(f"\n## {heading}\n\n`benchmarks/{outcome.script}`, "
-                     f"{outcome.seconds:.0f} s.\n\n{outcome.text.rstrip()}\n")
+        timing = outcome.kept or f"`benchmarks/{outcome.script}`, {outcome.seconds:.0f} s"
+        parts.append(f"\n## {heading}\n\n{timing}.\n\n{outcome.text.rstrip()}\n")
     return "".join(parts)
 
 
@@ -164,22 +201,32 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="markdown file to write (default: benchmarks/RESULTS.md)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds per script (default {DEFAULT_TIMEOUT})")
+    parser.add_argument("--keep", action="append", default=[],
+                        choices=[script for _, script in SECTIONS],
+                        help="do not run this script; copy its section from the report "
+                             "already at --out (repeatable)")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every script, write the report; 0 when all succeeded, 1 otherwise."""
     options = _arguments(argv)
+    previous = _read(options.out) if options.keep else ""
     outcomes = []
     for _, script in SECTIONS:
+        if script in options.keep:
+            outcomes.append(kept_outcome(script, previous))
+            print(f"run_all: {script} kept from {options.out}", file=sys.stderr, flush=True)
+            continue
         print(f"run_all: {script} ...", file=sys.stderr, flush=True)
         outcome = run_script(script, options.timeout)
         status = "ok" if outcome.ok else "FAILED"
         print(f"run_all: {script} {status} in {outcome.seconds:.0f} s", file=sys.stderr,
               flush=True)
         outcomes.append(outcome)
+    text = report(outcomes)  # before opening --out: truncating it would mark the commit dirty
     with open(options.out, "w", encoding="utf-8") as handle:
-        handle.write(report(outcomes))
+        handle.write(text)
     print(f"run_all: wrote {options.out}", file=sys.stderr)
     return 0 if all(outcome.ok for outcome in outcomes) else 1
 

@@ -13,7 +13,8 @@ pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.slow
 
-STATIC = ["hf_gpt2", "hf_bert", "hf_vit", "hf_mobilenet_v2"]
+STATIC = ["hf_gpt2", "hf_bert", "hf_vit", "hf_mobilenet_v2", "hf_llama", "hf_distilbert",
+          "hf_deit", "hf_convnext", "hf_mobilevit", "hf_resnet", "hf_swin", "hf_t5_encoder"]
 DYNAMIC = ["hf_gpt2_dynamic", "hf_bert_dynamic"]
 # Functional fallbacks per run: ops with no native out-variant on CPU (ATen generates theirs).
 LAYER_NORMS = {"aten.native_layer_norm.default": 5}
@@ -22,6 +23,15 @@ EXPECTED_FALLBACKS = {
     "hf_bert_dynamic": LAYER_NORMS,
     "hf_vit": {**LAYER_NORMS, "aten.convolution.default": 1},
     "hf_mobilenet_v2": {"aten.constant_pad_nd.default": 52, "aten.convolution.default": 52},
+    "hf_llama": {},
+    "hf_t5_encoder": {},
+    "hf_distilbert": LAYER_NORMS,
+    "hf_deit": {**LAYER_NORMS, "aten.convolution.default": 1},
+    "hf_convnext": {"aten.convolution.default": 9, "aten.native_layer_norm.default": 10},
+    "hf_mobilevit": {"aten.convolution.default": 35, "aten.native_layer_norm.default": 21},
+    "hf_resnet": {"aten.convolution.default": 12},
+    "hf_swin": {"aten.convolution.default": 1, "aten.native_layer_norm.default": 12,
+                "aten.constant_pad_nd.default": 4},
 }
 
 

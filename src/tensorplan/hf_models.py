@@ -12,7 +12,20 @@ Configs (all float32, batch 1):
 - ``hf_bert``: BERT encoder + pooler, 2 layers, hidden 128, 4 heads, intermediate 512,
   vocab 1000, 64 tokens; ``hf_bert_dynamic`` the same with ``seq`` in ``[2, 64]``;
 - ``hf_vit``: ViT classifier, 2 layers, hidden 128, 4 heads, image 32, patch 8, 10 labels;
-- ``hf_mobilenet_v2``: MobileNetV2 classifier, depth multiplier 0.35, image 96, 10 labels.
+- ``hf_mobilenet_v2``: MobileNetV2 classifier, depth multiplier 0.35, image 96, 10 labels;
+- ``hf_llama``: Llama causal LM (RMSNorm, rotary positions, SwiGLU, grouped-query attention),
+  2 layers, hidden 128, 4 query and 2 key/value heads, intermediate 344, vocab 1000, 64 tokens;
+- ``hf_t5_encoder``: T5 encoder (relative position bias, RMS layer norm), 2 layers, d_model 128,
+  4 heads of 32, d_ff 512, vocab 1000, 64 tokens; returns the last hidden state;
+- ``hf_distilbert``: DistilBERT encoder, 2 layers, dim 128, 4 heads, hidden 512, vocab 1000,
+  64 tokens; returns the last hidden state;
+- ``hf_deit``: DeiT classifier, 2 layers, hidden 128, 4 heads, image 32, patch 8, 10 labels;
+- ``hf_convnext``: ConvNeXt classifier, widths 16/32/64/128, depths 1/1/2/1, image 64, 10 labels;
+- ``hf_mobilevit``: MobileViT classifier, hidden 32/48/64, image 64, 10 labels;
+- ``hf_resnet``: ResNet classifier (basic blocks), widths 16/32/64/128, one block per stage,
+  image 64, 10 labels;
+- ``hf_swin``: Swin classifier, embed 32, depths 1/1/2, heads 2/4/8, window 4, patch 4,
+  image 64, 10 labels.
 """
 
 from __future__ import annotations
@@ -77,6 +90,10 @@ def _tokens(seq: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, seq))
 
 
+def _image(size: int) -> tuple[torch.Tensor]:
+    return (torch.randn(1, 3, size, size),)
+
+
 def _seq_dim() -> Dim:
     return Dim("seq", min=2, max=SEQ)
 
@@ -112,8 +129,7 @@ def hf_vit() -> Example:
 
     config = ViTConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                        intermediate_size=512, image_size=32, patch_size=8, num_labels=10)
-    model = LogitsOnly(ViTForImageClassification(config)).eval()
-    return Example(model, (torch.randn(1, 3, 32, 32),))
+    return Example(LogitsOnly(ViTForImageClassification(config)).eval(), _image(32))
 
 
 def hf_mobilenet_v2() -> Example:
@@ -121,8 +137,80 @@ def hf_mobilenet_v2() -> Example:
     from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
 
     config = MobileNetV2Config(depth_multiplier=0.35, image_size=96, num_labels=10)
-    model = LogitsOnly(MobileNetV2ForImageClassification(config)).eval()
-    return Example(model, (torch.randn(1, 3, 96, 96),))
+    return Example(LogitsOnly(MobileNetV2ForImageClassification(config)).eval(), _image(96))
+
+
+def hf_llama() -> Example:
+    """Llama (2 layers, hidden 128, grouped-query attention) on 64 tokens; returns the logits."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=344,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=SEQ, use_cache=False)
+    return Example(LogitsOnly(LlamaForCausalLM(config)).eval(), (_tokens(SEQ),))
+
+
+def hf_t5_encoder() -> Example:
+    """T5 encoder (2 layers, d_model 128) on 64 tokens; returns the last hidden state."""
+    from transformers import T5Config, T5EncoderModel
+
+    config = T5Config(vocab_size=VOCAB, d_model=128, d_kv=32, d_ff=512, num_layers=2,
+                      num_heads=4, use_cache=False)
+    return Example(LogitsOnly(T5EncoderModel(config)).eval(), (_tokens(SEQ),))
+
+
+def hf_distilbert() -> Example:
+    """DistilBERT (2 layers, dim 128) on 64 tokens; returns the last hidden state."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    config = DistilBertConfig(vocab_size=VOCAB, dim=128, n_layers=2, n_heads=4, hidden_dim=512,
+                              max_position_embeddings=SEQ)
+    return Example(LogitsOnly(DistilBertModel(config)).eval(), (_tokens(SEQ),))
+
+
+def hf_deit() -> Example:
+    """DeiT classifier (2 layers, hidden 128, 32x32 image, 8x8 patches); returns 10 logits."""
+    from transformers import DeiTConfig, DeiTForImageClassification
+
+    config = DeiTConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=512, image_size=32, patch_size=8, num_labels=10)
+    return Example(LogitsOnly(DeiTForImageClassification(config)).eval(), _image(32))
+
+
+def hf_convnext() -> Example:
+    """ConvNeXt classifier (widths 16 to 128, 64x64 image); returns 10 logits."""
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+
+    config = ConvNextConfig(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 2, 1], image_size=64,
+                            num_labels=10)
+    return Example(LogitsOnly(ConvNextForImageClassification(config)).eval(), _image(64))
+
+
+def hf_mobilevit() -> Example:
+    """MobileViT classifier (hidden 32/48/64, 64x64 image); returns 10 logits."""
+    from transformers import MobileViTConfig, MobileViTForImageClassification
+
+    config = MobileViTConfig(image_size=64, hidden_sizes=[32, 48, 64],
+                             neck_hidden_sizes=[8, 16, 24, 24, 32, 48, 160], num_labels=10)
+    return Example(LogitsOnly(MobileViTForImageClassification(config)).eval(), _image(64))
+
+
+def hf_resnet() -> Example:
+    """ResNet classifier (basic blocks, widths 16 to 128, 64x64 image); returns 10 logits."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    config = ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                          layer_type="basic", num_labels=10)
+    return Example(LogitsOnly(ResNetForImageClassification(config)).eval(), _image(64))
+
+
+def hf_swin() -> Example:
+    """Swin classifier (embed 32, depths 1/1/2, window 4, 64x64 image); returns 10 logits."""
+    from transformers import SwinConfig, SwinForImageClassification
+
+    config = SwinConfig(image_size=64, patch_size=4, embed_dim=32, depths=[1, 1, 2],
+                        num_heads=[2, 4, 8], window_size=4, num_labels=10)
+    return Example(LogitsOnly(SwinForImageClassification(config)).eval(), _image(64))
 
 
 def hf_examples() -> dict[str, Callable[[], Example]]:
@@ -134,4 +222,12 @@ def hf_examples() -> dict[str, Callable[[], Example]]:
         "hf_bert_dynamic": hf_bert_dynamic,
         "hf_vit": hf_vit,
         "hf_mobilenet_v2": hf_mobilenet_v2,
+        "hf_llama": hf_llama,
+        "hf_t5_encoder": hf_t5_encoder,
+        "hf_distilbert": hf_distilbert,
+        "hf_deit": hf_deit,
+        "hf_convnext": hf_convnext,
+        "hf_mobilevit": hf_mobilevit,
+        "hf_resnet": hf_resnet,
+        "hf_swin": hf_swin,
     }

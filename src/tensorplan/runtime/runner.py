@@ -13,6 +13,7 @@ parallel.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -34,6 +35,15 @@ from .graph import GraphRunner
 from .inputs import bind_inputs, flatten_inputs
 from .lower import ProgramFacts
 from .steps import RunStats, StepContext
+
+
+class Update(enum.Enum):
+    """What a run does with one graph output."""
+
+    RETURN = "return"      # hand it to the caller
+    INPUT = "input"        # copy it into the caller's (mutated) input tensor
+    STATE = "state"        # copy it back into its buffer's storage
+    IN_PLACE = "in place"  # nothing: the new state was computed in its buffer's storage
 
 
 class Runner:
@@ -63,21 +73,23 @@ class Runner:
         self._lock = threading.Lock()
         self._initial_state()
 
-    def _updates(self, alias: AliasTable, slot_of: Mapping[str, int]) -> list[tuple[str, Any]]:
-        """Per graph output: ("output", None), ("input", its index among the user inputs),
-        ("state", the state's slot) for a value to copy back, or ("shared", None)."""
+    def _updates(self, alias: AliasTable,
+                 slot_of: Mapping[str, int]) -> list[tuple[Update, int | None]]:
+        """Per graph output, what the run does with it: (RETURN, None), (INPUT, its index
+        among the user inputs), (STATE, the state's slot) for a value copied back, or
+        (IN_PLACE, None) for a new state already in its buffer."""
         copied = {value for value, _ in alias.write_back}
         outputs = self.program.graph.output_node().args[0]
-        updates = []
+        updates: list[tuple[Update, int | None]] = []
         for node, placeholder in zip(outputs, self.roles.output_updates, strict=True):
             if placeholder is None:
-                updates.append(("output", None))
+                updates.append((Update.RETURN, None))
             elif self.roles.role_of[placeholder] is Role.MUTATED_INPUT:
-                updates.append(("input", self.roles.user_inputs.index(placeholder)))
+                updates.append((Update.INPUT, self.roles.user_inputs.index(placeholder)))
             elif node.name in copied:
-                updates.append(("state", slot_of[placeholder]))
+                updates.append((Update.STATE, slot_of[placeholder]))
             else:
-                updates.append(("shared", None))
+                updates.append((Update.IN_PLACE, None))
         return updates
 
     def _static_bindings(self) -> dict:
@@ -122,13 +134,13 @@ class Runner:
     def _finish(self, outputs: list, flat: list, frame: list, copy_outputs: bool) -> Any:
         results, targets, values = [], [], []
         for value, (kind, where) in zip(outputs, self.updates, strict=True):
-            if kind == "output":
+            if kind is Update.RETURN:
                 results.append(value.clone() if copy_outputs and isinstance(value, torch.Tensor)
                                else value)
-            elif kind == "input":
+            elif kind is Update.INPUT:
                 targets.append(flat[where])
                 values.append(value)
-            elif kind == "state":
+            elif kind is Update.STATE:
                 targets.append(frame[where])
                 values.append(value)
         assign(targets, values)

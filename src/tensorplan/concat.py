@@ -37,7 +37,7 @@ from .alias import AliasTable, MergedStorages, Slice
 from .layout import same_layout
 from .liveness import lifetimes
 from .planners import Buffer, lower_bound
-from .reuse import last_reads
+from .reuse import last_reads, same_memory_layout
 from .schemas import is_view
 from .spec import SpecTable, TensorSpec
 
@@ -59,8 +59,7 @@ def _writes_like(values: Sequence[str], nodes: dict[str, torch.fx.Node], specs: 
         if isinstance(node.target, torch._ops.OpOverload) and is_view(node.target):
             continue
         other = specs.spec_of(value)
-        if other is None or other.shape != spec.shape or other.dtype != spec.dtype or \
-                not same_layout(spec.shape, spec.dim_order, other.dim_order):
+        if other is None or not same_memory_layout(spec, other):
             return False
     return True
 

@@ -67,12 +67,13 @@ def view_strides(value: torch.Tensor, dim_order: Sequence[int]) -> tuple | None:
     for dim in reversed(dim_order):
         dense[dim] = step
         step = step * torch.sym_max(sizes[dim], 1)  # as torch computes dense strides
-    differs = any(_expression(sizes[d]) != 1 and _expression(strides[d]) != _expression(dense[d])
+    differs = any(size_expression(sizes[d]) != 1
+                  and size_expression(strides[d]) != size_expression(dense[d])
                   for d in range(len(sizes)))
     return strides if differs else None
 
 
-def _expression(size: object) -> object:
+def size_expression(size: object) -> object:
     """An int, or a SymInt's expression in its ShapeEnv's canonical symbols (compared, never
     guarded)."""
     if not isinstance(size, torch.SymInt):

@@ -30,13 +30,12 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import sympy
 import torch
 import torch.fx
 from torch.export import ExportedProgram
 
 from .alias import AliasTable, MergedStorages
-from .layout import same_layout
+from .layout import same_layout, size_expression
 from .schemas import inplace_variant, is_view
 from .spec import SpecTable, TensorSpec
 
@@ -66,30 +65,21 @@ def overwritable_arguments(op: torch._ops.OpOverload) -> tuple[int, ...]:
     return ()
 
 
-def _same_memory_layout(a: TensorSpec, b: TensorSpec) -> bool:
+def same_memory_layout(a: TensorSpec, b: TensorSpec) -> bool:
+    """Same dtype, (symbolic) shape and layout: element ``i`` of one is element ``i`` of the
+    other when both are dense from the same start."""
     return (a.dtype == b.dtype and a.shape == b.shape
             and tuple(map(str, a.sym_shape)) == tuple(map(str, b.sym_shape))
             and same_layout(a.shape, a.dim_order, b.dim_order))
 
 
-def _expr(size: int | torch.SymInt) -> sympy.Expr:
-    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
-
-
 def _dense_view(node: torch.fx.Node, spec: TensorSpec) -> bool:
-    """A view whose traced strides are dense in its dim order and that starts at its storage's
-    start: it covers the first bytes of its base exactly as a fresh tensor would. Symbolic
-    sizes are compared as expressions (no guard is added)."""
+    """A view dense in its dim order (propagate recorded no ``view_strides`` for it) that
+    starts where its storage starts: it covers its base's first bytes exactly as a fresh
+    tensor would. A symbolic offset is compared as an expression (no guard is added)."""
     value = node.meta.get("val")
-    if not isinstance(value, torch.Tensor):
-        return False
-    expected = sympy.Integer(1)
-    for dim in reversed(spec.dim_order):
-        size = _expr(value.shape[dim])
-        if size != 1 and sympy.expand(_expr(value.stride()[dim]) - expected) != 0:
-            return False
-        expected = expected * size
-    return _expr(value.storage_offset()) == 0
+    return isinstance(value, torch.Tensor) and spec.view_strides is None \
+        and size_expression(value.storage_offset()) == 0
 
 
 @dataclass
@@ -143,7 +133,7 @@ def _candidate(walk: _Walk, node: torch.fx.Node, step: int, position: int,
         return None
     storage = walk.storages.of(arg.name)
     spec = walk.specs.spec_of(arg.name)
-    if storage is None or spec is None or not _same_memory_layout(spec, out):
+    if storage is None or spec is None or not same_memory_layout(spec, out):
         return None
     kept = walk.storages.alias.storages[storage]
     if kept.kind not in ("activation", "input") or kept.graph or walk.last_read[storage] != step:

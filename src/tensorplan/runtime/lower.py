@@ -145,12 +145,11 @@ def _target(node: torch.fx.Node) -> str:
         target, "__name__", str(target))
 
 
-def _writes_argument(node: torch.fx.Node, name: str, facts: ProgramFacts) -> int | None:
+def _writes_argument(node: torch.fx.Node, prefix: str, facts: ProgramFacts) -> int | None:
     """Index of the argument whose storage the node's output shares, if any."""
-    target = facts.items(name)[0]
+    target = facts.items(prefix + node.name)[0]
     if target is None or target.storage is None:
         return None
-    prefix = name[:len(name) - len(node.name)]
     for i, arg in enumerate(node.args):
         if isinstance(arg, torch.fx.Node):
             spec = facts.specs.get(prefix + arg.name)
@@ -159,10 +158,10 @@ def _writes_argument(node: torch.fx.Node, name: str, facts: ProgramFacts) -> int
     return None
 
 
-def _made_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> bool:
+def _made_in_place(node: torch.fx.Node, prefix: str, facts: ProgramFacts) -> bool:
     """Every tensor input already lives in a slice of the node's output storage: the result
     is there once they are made (a concatenation in place)."""
-    prefix = name[:len(name) - len(node.name)]
+    name = prefix + node.name
     inputs = [n for n in node.all_input_nodes if facts.is_tensor(prefix + n.name)]
     target = facts.items(name)[0]
     return bool(inputs) and target is not None and name not in facts.slices and all(
@@ -170,12 +169,11 @@ def _made_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> bool:
         == target.storage for n in inputs)
 
 
-def _copy_then_in_place(node: torch.fx.Node, name: str, facts: ProgramFacts) -> bool:
+def _copy_then_in_place(node: torch.fx.Node, prefix: str, facts: ProgramFacts) -> bool:
     """True when ``op(self, ...)`` can run as ``out.copy_(self); op_(out, ...)``: the op has an
     in-place twin and its one output has the shape and dtype of ``self``."""
-    items = facts.items(name)
+    items = facts.items(prefix + node.name)
     source = node.args[0] if node.args else None
-    prefix = name[:len(name) - len(node.name)]
     base = facts.specs.get(prefix + source.name) if isinstance(source, torch.fx.Node) else None
     return (inplace_variant(node.target) is not None and len(items) == 1
             and isinstance(base, TensorSpec) and isinstance(items[0], TensorSpec)
@@ -191,10 +189,10 @@ def _size_fixed_by_export(op: torch._ops.OpOverload, name: str, facts: ProgramFa
         for spec in facts.items(name) if spec is not None for size in spec.sym_shape)
 
 
-def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
+def _lower_op(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
               inputs_per_frame: bool) -> tuple:
     """(kind, per_frame, kernel[, overwritten argument]) of an ATen op node."""
-    op = node.target
+    op, name = node.target, prefix + node.name
     if node.meta.get("unbacked_bindings") or _size_fixed_by_export(op, name, facts):
         return Kind.DATA_DEPENDENT, False, None
     if all(s is None for s in facts.items(name)) or not op._schema.returns:
@@ -203,9 +201,9 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
         return Kind.PLAIN, False, None
     if is_view(op):
         return Kind.VIEW, inputs_per_frame and facts.resolvable(name), None
-    if _made_in_place(node, name, facts):
+    if _made_in_place(node, prefix, facts):
         return Kind.CONCATENATED, False, None
-    written = _writes_argument(node, name, facts)
+    written = _writes_argument(node, prefix, facts)
     if written is not None:
         return (*_lower_written(op, written), written)
     variant = out_variant(op)
@@ -213,7 +211,7 @@ def _lower_op(node: torch.fx.Node, name: str, facts: ProgramFacts,
         return Kind.OUT, False, variant
     if op in NATIVE_INTO:
         return Kind.NATIVE, False, NATIVE_INTO[op]
-    if _copy_then_in_place(node, name, facts):
+    if _copy_then_in_place(node, prefix, facts):
         return Kind.COPY_IN_PLACE, False, inplace_variant(op)
     return Kind.FALLBACK, False, None
 
@@ -289,7 +287,7 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
     elif _superseded_assert(node, prefix, facts):
         kind, frame = Kind.SUPERSEDED, True
     elif isinstance(node.target, torch._ops.OpOverload):
-        kind, frame, kernel, *over = _lower_op(node, name, facts, inputs_per_frame)
+        kind, frame, kernel, *over = _lower_op(node, prefix, facts, inputs_per_frame)
         overwrites = over[0] if over and kind is not Kind.FALLBACK else None
     elif control_flow_op(node) is not None:
         kind, frame, kernel = Kind.CONTROL_FLOW, False, control_flow_op(node)

@@ -135,15 +135,21 @@ _FACTORIES: dict[str, Callable[[], Example]] = {
 
 
 def _factories() -> dict[str, Callable[[], Example]]:
-    """The built-in factories, plus the ``hf_*`` models when ``transformers`` is installed.
+    """The built-in factories, plus the ``hf_*`` models when ``transformers`` is installed and
+    the ``tv_*`` / ``timm_*`` ones when ``torchvision`` (and ``timm``) are.
 
-    ``transformers`` itself is only imported when an ``hf_*`` model is built.
+    Those packages themselves are only imported when one of their models is built.
     """
-    if importlib.util.find_spec("transformers") is None:
-        return _FACTORIES
-    from .hf_models import hf_examples
+    factories = dict(_FACTORIES)
+    if importlib.util.find_spec("transformers") is not None:
+        from .hf_models import hf_examples
 
-    return {**_FACTORIES, **hf_examples()}
+        factories.update(hf_examples())
+    if importlib.util.find_spec("torchvision") is not None:
+        from .vision_models import vision_examples
+
+        factories.update(vision_examples())
+    return factories
 
 
 def names() -> list[str]:

@@ -5,15 +5,11 @@ Each model is compiled once per test process (about 45 s for all fourteen on one
 
 from __future__ import annotations
 
-import functools
-import subprocess
-import sys
-
 import pytest
 import torch
+from zoo_programs import check_plan_is_tight, compiled, listed_in_a_fresh_process
 
 import tensorplan as tp
-from tensorplan import zoo
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
@@ -63,14 +59,6 @@ WEIGHT_VIEWS = {
 }
 
 
-@functools.cache
-def compiled(name: str) -> tp.Program:
-    """The zoo model ``name`` compiled with the default options (cached per process)."""
-    example = zoo.example(name)
-    return tp.compile(example.model, example.args, example.kwargs,
-                      dynamic_shapes=example.dynamic_shapes)
-
-
 def storage(program: tp.Program, name: str) -> int | None:
     """The storage id of the single-tensor value ``name``."""
     spec = program.specs[name]
@@ -79,20 +67,8 @@ def storage(program: tp.Program, name: str) -> int | None:
 
 
 def test_zoo_lists_hf_models_without_importing_transformers() -> None:
-    code = ("import sys, tensorplan, tensorplan.zoo as zoo; names = zoo.names(); "
-            "print(','.join(n for n in names if n.startswith('hf_')), "
-            "'transformers' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
-    assert result.stdout.split() == [",".join(HF_NAMES), "False"]
-
-
-def check_plan_is_tight(program: tp.Program) -> None:
-    """The plan verifies and is within 2 % of its lower bound."""
-    plan = program.plan
-    plan.verify()
-    assert plan.lower_bound_bytes > 0
-    assert plan.lower_bound_bytes <= plan.arena_bytes <= 1.02 * plan.lower_bound_bytes
+    assert listed_in_a_fresh_process(("hf_",), ("transformers",)) == (HF_NAMES,
+                                                                      {"transformers": False})
 
 
 def check_constants_have_no_storage(name: str, program: tp.Program) -> None:

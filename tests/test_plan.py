@@ -8,6 +8,7 @@ import pytest
 import torch
 from shared_models import Branches, Chain
 from torch.export import Dim
+from zoo_programs import check_plan_is_tight, compiled
 
 import tensorplan as tp
 from tensorplan import plan as plan_stage
@@ -161,11 +162,7 @@ def test_cond_branches_share_one_region_sized_for_the_larger_branch():
 
 @pytest.mark.parametrize("name", zoo.names())
 def test_zoo_models_plan_at_the_lower_bound(name):
-    e = zoo.example(name)
-    prog = tp.compile(e.model, e.args, e.kwargs, dynamic_shapes=e.dynamic_shapes)
-    assert prog.plan.arena_bytes <= prog.plan.lower_bound_bytes * 1.02
-    assert prog.plan.arena_bytes >= prog.plan.lower_bound_bytes
-    prog.plan.verify()
+    check_plan_is_tight(compiled(name))
 
 
 def test_storage_first_and_last_steps_are_inclusive():

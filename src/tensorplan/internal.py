@@ -14,7 +14,8 @@ op and argument shapes, and what to attach to a report. These pass through uncha
 The node being processed is found in one of two ways, the first that answers:
 
 1. a graph walk that knows which node failed but holds no ``torch.fx.Node`` in a local (the
-   runtime's step loop) attaches it to the exception with ``locate`` (innermost walk first);
+   runtime's step loop, whose steps are closures) attaches it to the exception with ``locate``,
+   or ``Locating`` from the step that raised (the innermost walk first);
 2. otherwise, the innermost traceback frame holding a local ``torch.fx.Node`` (the one named
    ``node`` when it has several): every stage walks a graph with one in hand.
 
@@ -119,8 +120,7 @@ class Stage(ContextDecorator):
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: types.TracebackType | None) -> bool:
-        if error is None or not isinstance(error, Exception) or isinstance(error,
-                                                                         PASSED_THROUGH):
+        if not isinstance(error, Exception) or isinstance(error, PASSED_THROUGH):
             return False
         raise internal_error(self, error) from error
 

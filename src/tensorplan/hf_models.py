@@ -30,6 +30,8 @@ Configs (all float32, batch 1):
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Callable
 
 import torch
@@ -213,9 +215,23 @@ def hf_swin() -> Example:
     return Example(LogitsOnly(SwinForImageClassification(config)).eval(), _image(64))
 
 
+def _torchvision_ready(factory: Callable[[], Example]) -> Callable[[], Example]:
+    """``factory``, run once torchvision imports: ``transformers`` imports it when it is
+    installed, and beside a CPU-only torch that takes ``vision_models.import_torchvision``."""
+
+    @functools.wraps(factory)
+    def build() -> Example:
+        if importlib.util.find_spec("torchvision") is not None:
+            from .vision_models import import_torchvision
+
+            import_torchvision()
+        return factory()
+    return build
+
+
 def hf_examples() -> dict[str, Callable[[], Example]]:
     """Factories of the ``transformers`` models by name; calling one imports ``transformers``."""
-    return {
+    factories = {
         "hf_gpt2": hf_gpt2,
         "hf_gpt2_dynamic": hf_gpt2_dynamic,
         "hf_bert": hf_bert,
@@ -231,3 +247,4 @@ def hf_examples() -> dict[str, Callable[[], Example]]:
         "hf_resnet": hf_resnet,
         "hf_swin": hf_swin,
     }
+    return {name: _torchvision_ready(factory) for name, factory in factories.items()}

@@ -28,7 +28,7 @@ class Input:
     shape: tuple[int, ...]        # example shape
     dtype: torch.dtype            # float32, float16, int64 or bool
     layout: str                   # "contiguous", "channels_last" (rank 4) or "permuted"
-    dynamic_dim: int | None = None  # a dim exported as Dim("d", min=2, max=2 * size + 1)
+    dynamic_dim: int | None = None  # a dim exported as Dim("d", min=Recipe.dynamic_min, max=64)
 
     def make(self, shape: tuple[int, ...], seed: int) -> torch.Tensor:
         """A tensor of ``shape`` in this input's dtype and layout."""
@@ -68,6 +68,17 @@ def _split(a, dim, size, index):
     return a.split(size, dim)[index]
 
 
+def _cat_legacy_empty(a, dim, first):
+    """``cat`` with a 1-D ``(0,)`` tensor, which ``cat`` skips whatever the other's rank."""
+    empty = a.reshape(-1)[:0]
+    return torch.cat([empty, a] if first else [a, empty], dim)
+
+
+def _split_empty(a, dim, size, index):
+    """One piece of ``a`` split into ``[size, 0, rest]`` along ``dim``: the middle is empty."""
+    return a.split_with_sizes([size, 0, a.shape[dim] - size], dim)[index]
+
+
 OPS = {
     "relu": lambda a: torch.relu(a),
     "neg": lambda a: -a,
@@ -98,7 +109,10 @@ OPS = {
     "masked_select": lambda a, b: torch.masked_select(a, b > 0),
     "nonzero": lambda a: torch.nonzero(a),
     "cat": _cat,
+    "cat_legacy_empty": _cat_legacy_empty,
+    "cat_derived": lambda a, dim: torch.cat([a, a * 2], dim),
     "split": _split,
+    "split_empty": _split_empty,
     "matmul": lambda a: a @ a.transpose(-1, -2),
     "batched_matmul": lambda a: torch.matmul(a.unsqueeze(0).expand(2, *a.shape),
                                              a.transpose(-1, -2)),
@@ -119,37 +133,50 @@ class Recipe:
     inputs: tuple[Input, ...]
     steps: tuple[Step, ...]
     outputs: tuple[int, ...]       # indices into inputs + step results
+    dynamic_min: int = 2           # the dynamic dim's lower bound: 0 also runs it at 0 and 1
 
-    def module(self) -> torch.nn.Module:
-        return _RecipeModule(self)
+    def module(self, live_only: bool = False) -> torch.nn.Module:
+        """The program as a module (``live_only``: without the steps no output depends on)."""
+        return _RecipeModule(self, self.live_steps() if live_only else range(len(self.steps)))
 
-    def example(self, grow: bool = False, seed: int = 0) -> tuple[torch.Tensor, ...]:
-        """Inputs at the example sizes, or with every dynamic dim at another size."""
+    def live_steps(self) -> frozenset[int]:
+        """The steps some output depends on."""
+        first, live, wanted = len(self.inputs), set(), set(self.outputs)
+        for index in reversed(range(len(self.steps))):
+            if first + index in wanted:
+                live.add(index)
+                wanted.update(self.steps[index].operands)
+        return frozenset(live)
+
+    def example(self, grow: bool = False, seed: int = 0,
+                size: int | None = None) -> tuple[torch.Tensor, ...]:
+        """Inputs at the example sizes, or with every dynamic dim at another size (``grow``:
+        twice the example's plus one; ``size``: that size)."""
         made = []
         for i, spec in enumerate(self.inputs):
             shape = list(spec.shape)
-            if grow and spec.dynamic_dim is not None:
-                shape[spec.dynamic_dim] = 2 * shape[spec.dynamic_dim] + 1
+            if spec.dynamic_dim is not None and (grow or size is not None):
+                shape[spec.dynamic_dim] = 2 * shape[spec.dynamic_dim] + 1 if grow else size
             made.append(spec.make(tuple(shape), seed + i))
         return tuple(made)
 
     def dynamic_shapes(self):
         if all(spec.dynamic_dim is None for spec in self.inputs):
             return None
-        dim = Dim("d", min=2, max=64)
+        dim = Dim("d", min=self.dynamic_min, max=64)
         return (tuple({spec.dynamic_dim: dim} if spec.dynamic_dim is not None else None
                       for spec in self.inputs),)  # forward(*inputs) takes them as one tuple
 
 
 class _RecipeModule(torch.nn.Module):
-    def __init__(self, recipe: Recipe) -> None:
+    def __init__(self, recipe: Recipe, steps) -> None:
         super().__init__()
-        self.recipe = recipe
+        self.recipe, self.steps = recipe, frozenset(steps)
 
     def forward(self, *inputs):
         values = list(inputs)
-        for step in self.recipe.steps:
-            values.append(step.apply(values))
+        for index, step in enumerate(self.recipe.steps):
+            values.append(step.apply(values) if index in self.steps else None)
         return tuple(values[i] for i in self.recipe.outputs)
 
 
@@ -158,28 +185,53 @@ def compile_recipe(recipe: Recipe) -> tp.Program:
     return tp.compile(recipe.module(), recipe.example(), dynamic_shapes=recipe.dynamic_shapes())
 
 
+# How a run refuses inputs: a size outside the trace, or a kernel failing as eager's does
+# (an InternalError whose cause is the kernel's error: tensorplan cannot tell it from a bug).
+REFUSALS = (tp.InputError, tp.InternalError)
+
+
+def _eager(recipe: Recipe, inputs: tuple[torch.Tensor, ...]):
+    """Eager's outputs, and whether a run may refuse the inputs all the same.
+
+    Eager refuses data such as ``amax`` of nothing or shapes that no longer broadcast:
+    ``(None, True)`` when a step some output needs refuses; ``(outputs, True)`` when only a
+    step no output needs does (export drops such a step, or keeps its runtime check).
+    """
+    try:
+        return recipe.module()(*inputs), False
+    except (RuntimeError, IndexError):
+        try:
+            return recipe.module(live_only=True)(*inputs), True
+        except (RuntimeError, IndexError):
+            return None, True
+
+
 def check_program(recipe: Recipe, prog: tp.Program) -> None:
     """The plan verifies, and every run equals eager: values, and outputs in their planned
-    layout; inputs that eager refuses are refused too (an error, never a result), and inputs
-    refused with an ``InputError`` are those torch.export's own program refuses."""
+    layout; inputs that eager refuses in a step some output needs are refused too (an error,
+    never a result), and inputs refused with an ``InputError`` are those torch.export's own
+    program refuses. Runs at every size of a range that starts at 0 (0 and 1 included)."""
     prog.plan.verify()
-    model = recipe.module()
     runs = [recipe.example(seed=10), recipe.example()]
     if recipe.dynamic_shapes() is not None:
         runs.append(recipe.example(grow=True, seed=20))
+        runs += [recipe.example(size=size, seed=30) for size in range(recipe.dynamic_min, 2)]
     output_names = [str(o) for o in prog.exported_program.graph_signature.user_outputs]
     for inputs in runs:
-        try:
-            expected = model(*inputs)
-        except (RuntimeError, IndexError):  # data the model refuses (amax of nothing, shapes
-            with pytest.raises((RuntimeError, IndexError)):  # that no longer broadcast)
+        expected, may_refuse = _eager(recipe, inputs)
+        if expected is None:
+            with pytest.raises(REFUSALS) as failed:
                 prog.run(*inputs)
+            assert failed.type is tp.InputError or isinstance(failed.value.__cause__,
+                                                              (RuntimeError, IndexError))
             continue
+        refusals = REFUSALS if may_refuse else (tp.InputError,)
         try:
             actual = prog.run(*inputs)
-        except tp.InputError:  # a size torch.export assumed: its own program refuses it too
-            with pytest.raises(RuntimeError, match="Runtime assertion failed"):
-                prog.exported_program.module()(*inputs)
+        except refusals:
+            if not may_refuse:  # a size torch.export assumed: its own program refuses it too
+                with pytest.raises(RuntimeError, match="Runtime assertion failed"):
+                    prog.exported_program.module()(*inputs)
             continue
         torch.testing.assert_close(actual, expected, equal_nan=True)
         for value, name in zip(actual, output_names, strict=True):

@@ -181,6 +181,20 @@ def test_an_inception_block_makes_each_branch_in_its_slice_and_its_cat_copies_no
         assert prog.run(x).is_contiguous(memory_format=layout)
 
 
+def test_a_cat_input_computed_from_another_writes_its_own_slice():
+    """``cat([y, y * 2])``: both inputs are made in slices of the cat's one storage, so they
+    share a storage id at different offsets; ``mul`` once ran as ``y.mul_(2)`` (same storage
+    taken for same bytes) and gave ``[2y, 1, ...]`` where eager gives ``[y, 2y]``. Fixed in
+    ``lower.py``: an op writes over an argument only at the same place in the storage."""
+    def fn(t):
+        y = t.flip(-1)  # no in-place form: an activation of its own
+        return torch.cat([y, y * 2], 0) + 1
+    prog = run_like_eager(Fn(fn), torch.arange(4.0))
+    assert set(prog.alias.slices) == {"flip", "mul"}
+    assert prog.alias.slices["mul"].offset == 16
+    assert {r.name: r.kind.value for r in prog.lowering()}["mul"] == "out"
+
+
 def test_a_cat_with_a_skip_read_after_it_copies_its_inputs():
     def fn(t):
         skip = t.exp()

@@ -119,3 +119,43 @@ def test_equal_folded_values_are_kept_once_and_checks_on_them_are_made_at_compil
     rows = kinds(prog)
     checks = [n for n in rows if n.startswith("_assert_tensor_metadata")]
     assert checks and {rows[n] for n in checks} == {"folded away"}
+
+
+class PerLayerMask(torch.nn.Module):
+    """Two layers, each making the float mask of one boolean causal mask (as OLMoE's
+    decoder layers do): as a constant the float mask costs 4x its source."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("pos", torch.arange(32))
+        self.w = torch.nn.Parameter(torch.randn(32, 32))
+
+    def forward(self, x):
+        allowed = self.pos[None, :] <= self.pos[:, None]
+        for _ in range(2):
+            x = (x + torch.where(allowed, 0.0, float("-inf"))).softmax(-1) @ self.w
+        return x
+
+
+def test_a_float_mask_made_from_a_boolean_one_is_left_to_run_and_its_source_folded():
+    model, x = PerLayerMask(), torch.randn(4, 32, 32)
+    prog = tp.compile(model, (x,))
+    torch.testing.assert_close(prog.run(x), model(x))
+    assert prog.folded.unfolded == {"where", "where_1"}
+    assert prog.folded.kept["le"].shape == (32, 32) and prog.folded.kept["le"].dtype == torch.bool
+    assert kinds(prog)["where"] == "out"
+    # folding all (the float mask kept, 4096 B) would cost arena 32768 + constants 8192;
+    # folding nothing 33792 + 4352; the boolean mask folded alone 32768 + 5128
+    assert (prog.plan.arena_bytes, prog.plan.constant_bytes) == (32768, 5128)
+    unfolded = tp.compile(model, (x,), fold=False)
+    assert (unfolded.plan.arena_bytes, unfolded.plan.constant_bytes) == (33792, 4352)
+
+
+def test_what_was_left_unfolded_is_saved_with_the_program(tmp_path):
+    model, x = PerLayerMask(), torch.randn(4, 32, 32)
+    prog = tp.compile(model, (x,))
+    prog.save(tmp_path / "mask.tplan")
+    loaded = tp.load(tmp_path / "mask.tplan")
+    assert loaded.folded.unfolded == {"where", "where_1"}
+    assert loaded.folded.kept.keys() == prog.folded.kept.keys()
+    torch.testing.assert_close(loaded.run(x), model(x))

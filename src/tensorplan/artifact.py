@@ -149,7 +149,7 @@ def _replay(saved: SavedSchedule, exported: ExportedProgram, specs: SpecTable, r
             after = max(order.index(n.name) for n in node.all_input_nodes)
             order.insert(after + 1, node.name)
     return replay(exported, specs, roles, tuple(order), saved.order_name, saved.reuse,
-                  saved.fold)
+                  saved.fold, saved.unfolded)
 
 
 def read_plan(path: str | os.PathLike[str]) -> Fields:

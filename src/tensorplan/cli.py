@@ -1,6 +1,8 @@
 """The ``tensorplan`` console command: one function pair (add parser, run) per subcommand.
 
-Every error tensorplan raises on purpose is printed as one line on stderr with exit code 2.
+Every error tensorplan raises on purpose is printed as one line on stderr with exit code 2;
+an ``InternalError`` (a bug in tensorplan) as one line and the node it failed at, exit code 3
+(with ``TENSORPLAN_DEBUG=1``, the full traceback first).
 What a user sees first is ``DESCRIPTION`` and ``EXAMPLES`` (``tensorplan --help``).
 """
 
@@ -8,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import json
+import os
 import sys
 import textwrap
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 
-import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -24,7 +26,8 @@ from tensorplan import zoo
 from tensorplan.arena_budget import check_arena, parse_bytes
 from tensorplan.bench import BenchRow, bench_target, check_algorithms
 from tensorplan.dsa import load_instance, write_solution
-from tensorplan.errors import TensorPlanError
+from tensorplan.errors import InternalError, TensorPlanError
+from tensorplan.internal import stage, versions
 from tensorplan.plan import PlanOptions
 from tensorplan.planners import Placement, plan_buffers
 from tensorplan.planners.dispatch import PLANNERS
@@ -45,6 +48,7 @@ from tensorplan.schedule import ScheduleOptions
 from tensorplan.targets import FORMS, CompileOptions, load_example, load_target, target_name
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
+EXIT_INTERNAL = 3  # exit code for an InternalError: a bug in tensorplan
 WIDE = 160  # console width when stdout is not a terminal (files, pipes, tests)
 
 DESCRIPTION = """\
@@ -114,9 +118,10 @@ def run_dsa(args: argparse.Namespace) -> int:
     """Load, plan, print the result table, and optionally write the offsets."""
     instance = load_instance(args.file)
     started = time.perf_counter()
-    placement = plan_buffers(
-        instance.problem.buffers, algorithm=args.algorithm, time_limit=args.time_limit
-    )
+    with stage("plan"):
+        placement = plan_buffers(
+            instance.problem.buffers, algorithm=args.algorithm, time_limit=args.time_limit
+        )
     seconds = time.perf_counter() - started
     buffers = len(instance.problem.buffers)
     Console().print(_placement_table(str(args.file), buffers, placement, seconds))
@@ -241,6 +246,13 @@ def run_plan(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # torch's own deprecation notices are not the user's
         warnings.simplefilter("ignore", FutureWarning)
         program = load_target(args.target, _params(args))
+    with stage("report", program.exported_program):
+        _report_plan(program, args)
+    return 0
+
+
+def _report_plan(program: Program, args: argparse.Namespace) -> None:
+    """The spec table if asked, the plan, the budget's headroom, and the files asked for."""
     console = Console() if sys.stdout.isatty() else Console(width=WIDE)
     if args.specs:
         console.print(spec_table(program.specs))
@@ -249,7 +261,6 @@ def run_plan(args: argparse.Namespace) -> int:
     if headroom is not None:
         print(f"fits the budget of {args.max_arena:,} B with {headroom:,} B to spare")
     _write_outputs(program, args)
-    return 0
 
 
 def add_run_command(commands: argparse._SubParsersAction) -> None:
@@ -394,11 +405,6 @@ COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 )
 
 
-def _version() -> str:
-    """``tensorplan X.Y.Z (torch A.B.C)``, from the installed package's metadata."""
-    return f"tensorplan {importlib.metadata.version('tensorplan')} (torch {torch.__version__})"
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand in ``COMMANDS``, ``--help`` and ``--version``."""
     parser = argparse.ArgumentParser(
@@ -406,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES.format(models=textwrap.fill(", ".join(zoo.names()), width=80,
                                                     subsequent_indent="  ")),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action="version", version=versions())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in COMMANDS:
         add_command(commands)
@@ -414,10 +420,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (2 on a tensorplan error, no traceback)."""
+    """Run the command line; returns the exit code (2 on a tensorplan error, no traceback;
+    3 on an internal error)."""
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
+    except InternalError as error:
+        if os.environ.get("TENSORPLAN_DEBUG") == "1":
+            traceback.print_exception(error)
+        print(f"tensorplan {args.command}: {error.summary}", file=sys.stderr)
+        if error.node is not None:
+            print(f"  at node {error.node}", file=sys.stderr)
+        return EXIT_INTERNAL
     except TensorPlanError as error:
         text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
         print(f"tensorplan {args.command}: error: {text}", file=sys.stderr)

@@ -75,6 +75,8 @@ def _slices(node: torch.fx.Node, specs: SpecTable) -> list[tuple[torch.fx.Node, 
     placed, start = [], 0
     for arg in inputs:
         spec = specs.spec_of(arg.name)
+        if spec is not None and spec.is_empty:
+            continue  # nothing to place (also the 1-D ``(0,)`` input of any rank cat skips)
         if spec is None or spec.is_dynamic or spec.dtype != out.dtype:
             return None
         placed.append((arg, Slice(start * out.strides[dim] * out.dtype.itemsize, out.strides)))

@@ -84,13 +84,16 @@ class SavedSchedule:
     order_name: str                # exported | memory-greedy | depth-first
     reuse: bool                    # in-place reuse ran
     fold: bool                     # constants were folded
+    unfolded: frozenset[str] = frozenset()  # foldable nodes left to run
 
 
 def _schedule(schedule: Schedule | None) -> dict[str, Any]:
     if schedule is None:
-        return {"order": None, "reuse": False, "fold": False, "reuses": [], "slices": {}}
+        return {"order": None, "reuse": False, "fold": False, "unfolded": [], "reuses": [],
+                "slices": {}}
     return {"order": list(schedule.order), "reuse": schedule.reuse,
             "fold": bool(schedule.folded.computed),
+            "unfolded": sorted(schedule.folded.unfolded),
             "reuses": [[r.value, r.overwrites] for r in schedule.reuses],
             "slices": {value: {"offset": where.offset, "strides": list(where.strides)}
                        for value, where in schedule.alias.slices.items()}}
@@ -249,8 +252,9 @@ def decode_schedule(document: Fields) -> SavedSchedule:
     order = saved.data.get("order")
     if order is not None:
         order = saved.items("order", str)
+    unfolded = saved.items("unfolded", str) if "unfolded" in saved.data else ()
     return SavedSchedule(order, document.get("order", str), saved.get("reuse", bool),
-                         saved.get("fold", bool))
+                         saved.get("fold", bool), frozenset(unfolded))
 
 
 def verify_decoded(plan: MemoryPlan, problem: str) -> None:

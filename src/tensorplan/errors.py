@@ -33,3 +33,17 @@ class LayoutError(TensorPlanError):
 
 class FormatError(TensorPlanError):
     """A file is not a valid tensorplan artifact or benchmark instance."""
+
+
+class InternalError(TensorPlanError):
+    """A bug in tensorplan, not in the model or its inputs: a stage failed in a way it did not
+    mean to. ``__cause__`` is the original exception; ``summary`` (one line) names the stage,
+    where in tensorplan it failed and what to attach to a report; ``node`` is the node being
+    processed with its op and argument shapes (None when not known)."""
+
+    def __init__(self, summary: str, stage: str, node: str | None = None) -> None:
+        super().__init__(summary, stage, node)
+        self.summary, self.stage, self.node = summary, stage, node
+
+    def __str__(self) -> str:
+        return self.summary if self.node is None else f"{self.summary}\n  at node {self.node}"

@@ -40,6 +40,8 @@ class Folded:
 
     computed: frozenset[str] = frozenset()    # every folded node of the top-level graph
     kept: Mapping[str, torch.Tensor] = field(default_factory=dict)  # frontier value -> tensor
+    unfolded: frozenset[str] = frozenset()    # foldable nodes left to run (and all they feed):
+    #                                           as constants they cost more than in the arena
 
 
 NOTHING_FOLDED = Folded()  # the result with folding off
@@ -90,8 +92,10 @@ def _evaluate(node: torch.fx.Node, values: Mapping[str, object]) -> object:
             f"{type(error).__name__}: {error}; compile with fold=False") from error
 
 
-def fold_constants(program: ExportedProgram, specs: SpecTable, roles: Roles) -> Folded:
-    """Compute every foldable value of the top-level graph; keep the ones still read.
+def fold_constants(program: ExportedProgram, specs: SpecTable, roles: Roles,
+                   unfolded: frozenset[str] = frozenset()) -> Folded:
+    """Compute every foldable value of the top-level graph but those named in ``unfolded``
+    (and what they feed); keep the ones still read.
 
     Pure: the program is not modified; the tensors kept are new (or views of constants).
     """
@@ -99,7 +103,7 @@ def fold_constants(program: ExportedProgram, specs: SpecTable, roles: Roles) -> 
     known = set(values)
     foldable: list[torch.fx.Node] = []
     for node in program.graph.nodes:
-        if _foldable(node, specs, known):
+        if node.name not in unfolded and _foldable(node, specs, known):
             values[node.name] = _evaluate(node, values)
             known.add(node.name)
             foldable.append(node)
@@ -109,7 +113,7 @@ def fold_constants(program: ExportedProgram, specs: SpecTable, roles: Roles) -> 
             names.add(node.name)
     kept = {node.name: values[node.name] for node in foldable
             if node.name in names and any(user.name not in names for user in node.users)}
-    return Folded(frozenset(names), _shared_copies(kept))
+    return Folded(frozenset(names), _shared_copies(kept), frozenset(unfolded))
 
 
 def _shared_copies(kept: Mapping[str, object]) -> dict[str, object]:

@@ -20,7 +20,8 @@ from .artifact import read_artifact, write_artifact
 from .capture import capture
 from .errors import PlanError
 from .fold import NOTHING_FOLDED, Folded
-from .liveness import lifetimes
+from .internal import stage
+from .liveness import GraphLifetimes, lifetimes
 from .order import Order
 from .plan import MemoryPlan, PlanOptions, plan_memory
 from .planners import PlannerParams
@@ -76,15 +77,17 @@ class Program:
 
     def lowering(self) -> tuple[Lowered, ...]:
         """How every node runs: one row per node of every graph (``tensorplan run --explain``)."""
-        return lower_program(self.exported_program.graph_module,
-                             ProgramFacts.of(self.specs, self.roles, self.folded,
-                                             self.alias.slices),
-                             self.order)
+        with stage("runtime lowering", self.exported_program):
+            return lower_program(self.exported_program.graph_module,
+                                 ProgramFacts.of(self.specs, self.roles, self.folded,
+                                                 self.alias.slices),
+                                 self.order)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the program, its specs and its plan to one file; ``tp.load`` reads it back."""
-        write_artifact(path, self.exported_program, self.roles, self.specs, self.plan,
-                       self.schedule)
+        with stage("save", self.exported_program):
+            write_artifact(path, self.exported_program, self.roles, self.specs, self.plan,
+                           self.schedule)
 
     def run(self, *args: Any, copy_outputs: bool = True, **kwargs: Any) -> Any:
         """Run the program out of its arena; outputs come in the model's own structure.
@@ -136,27 +139,47 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     >>> prog.plan.arena_bytes, prog.plan.lower_bound_bytes
     (80, 80)
     """
-    program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
-    roles = read_roles(program)
-    specs = propagate(program, roles)
+    with stage("capture"):
+        program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
+    with stage("roles", program):
+        roles = read_roles(program)
+    with stage("propagate", program):
+        specs = propagate(program, roles)
     _check_alignment(alignment, specs)
-    chosen = schedule(program, specs, roles, ScheduleOptions(reuse, reorder, fold), alignment)
+    with stage("schedule", program):
+        chosen = schedule(program, specs, roles, ScheduleOptions(reuse, reorder, fold),
+                          alignment)
+    with stage("liveness", program):
+        lives = lifetimes(program, chosen.alias, chosen.order)
     options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,
                           params=PlannerParams() if planner_params is None else planner_params)
-    plan = plan_memory(lifetimes(program, chosen.alias, chosen.order), chosen.alias, options)
-    plan = dataclasses.replace(
+    with stage("plan", program):
+        plan = _planned(lives, chosen, options)
+        check_arena(plan, max_arena_bytes)
+    if os.environ.get("TENSORPLAN_DEBUG") == "1":
+        _debug_summary(specs, chosen, plan)
+    with stage("alias", program):
+        planned = planned_specs(specs, chosen.alias)
+    return Program(program, planned, chosen.alias, plan, roles, chosen)
+
+
+def _planned(lives: Mapping[str, GraphLifetimes], chosen: Schedule,
+             options: PlanOptions) -> MemoryPlan:
+    """The verified plan of the scheduled lifetimes, with the schedule's figures."""
+    plan = plan_memory(lives, chosen.alias, options)
+    return dataclasses.replace(
         plan, baseline_bound_bytes=chosen.baseline_bound_bytes, order=chosen.order_name,
         constant_bytes=chosen.constant_bytes,
         baseline_constant_bytes=chosen.baseline_constant_bytes)
-    check_arena(plan, max_arena_bytes)
-    if os.environ.get("TENSORPLAN_DEBUG") == "1":
-        print(f"tensorplan: {len(specs)} values, {len(plan.storages)} storages, arena "
-              f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B (baseline "
-              f"{plan.baseline_bound_bytes} B), {plan.order} order, {len(chosen.reuses)} "
-              f"reuses, {len(chosen.folded.computed)} folded, "
-              f"{plan.algorithm}{' (optimal)' if plan.optimal else ''}", file=sys.stderr)
-    return Program(program, planned_specs(specs, chosen.alias), chosen.alias, plan, roles,
-                   chosen)
+
+
+def _debug_summary(specs: SpecTable, chosen: Schedule, plan: MemoryPlan) -> None:
+    """The one ``TENSORPLAN_DEBUG=1`` line a compile prints on stderr."""
+    print(f"tensorplan: {len(specs)} values, {len(plan.storages)} storages, arena "
+          f"{plan.arena_bytes} B, lower bound {plan.lower_bound_bytes} B (baseline "
+          f"{plan.baseline_bound_bytes} B), {plan.order} order, {len(chosen.reuses)} "
+          f"reuses, {len(chosen.folded.computed)} folded, "
+          f"{plan.algorithm}{' (optimal)' if plan.optimal else ''}", file=sys.stderr)
 
 
 def load(path: str | os.PathLike[str]) -> Program:
@@ -165,6 +188,7 @@ def load(path: str | os.PathLike[str]) -> Program:
     Raises ``FormatError`` for a truncated, corrupted or foreign file, a file of another
     format version, or a plan that does not fit the embedded program.
     """
-    parts = read_artifact(path)
+    with stage("load"):
+        parts = read_artifact(path)
     return Program(parts.exported_program, parts.specs, parts.schedule.alias, parts.plan,
                    parts.roles, parts.schedule)

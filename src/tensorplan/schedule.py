@@ -3,7 +3,9 @@
 Given a program's specs and roles, ``schedule`` decides (each step can be switched off):
 
 1. **fold** (``fold.py``): values computed from constants alone become constants, unless that
-   grows constants + lower bound (exported order, no reuse) in total;
+   grows arena + constants in total; a kept value whose constant costs more than it saves
+   (a float mask made from a boolean one, a table not live at the peak) is left to run, its
+   sources folded in its place;
 2. **order** (``order.py``): each candidate order is taken with its own in-place reuse (which
    depends on the order) and planned greedily; the smallest arena wins, the exported order on
    a tie;
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch.export import ExportedProgram
 
 from .alias import AliasTable, analyze
@@ -64,20 +67,66 @@ def _plan(program: ExportedProgram, alias: AliasTable, order: Order | None,
     return draft_plan(lifetimes(program, alias, order), alias, _greedy(alignment))
 
 
-def _folding(program: ExportedProgram, specs: SpecTable, roles: Roles,
-             fold: bool) -> list[tuple[Folded, AliasTable, int]]:
+Choice = tuple[Folded, AliasTable, int]  # what is folded, its alias table, constant bytes read
+
+# Most kept values tried left unfolded, one compile each: enough for masks, rotary tables and
+# position biases, bounded on a model with many foldable values.
+MAX_UNFOLD_TRIALS = 24
+MIN_UNFOLD_BYTES = 64  # a smaller kept value (a scalar) is not worth a trial
+
+
+def _folding(program: ExportedProgram, specs: SpecTable, roles: Roles, fold: bool,
+             reuse: bool, alignment: int) -> list[Choice]:
     """The folding choices to compare: none, and (when asked and anything folds) the folded
-    program; each with its alias table and the bytes of the constants its runs read."""
+    program with as few values left unfolded as lowers arena + constants; each with its alias
+    table and the bytes of the constants its runs read."""
     constants = constant_tensors(program, roles)
     choices = [(NOTHING_FOLDED, analyze(program, specs, roles), constant_bytes(constants))]
-    folded = fold_constants(program, specs, roles) if fold else NOTHING_FOLDED
-    if folded.computed:
-        users = {node.name: node.users for node in program.graph.nodes}
+    users = {node.name: node.users for node in program.graph.nodes}
+
+    def choice(unfolded: frozenset[str]) -> Choice:
+        folded = fold_constants(program, specs, roles, unfolded)
         still_read = {name: t for name, t in constants.items()
                       if any(u.name not in folded.computed for u in users[name])}
-        choices.append((folded, analyze(program, specs, roles, folded.computed),
-                        constant_bytes({**still_read, **folded.kept})))
+        return (folded, analyze(program, specs, roles, folded.computed),
+                constant_bytes({**still_read, **folded.kept}))
+
+    def cost(made: Choice) -> tuple[int, int]:
+        order = exported_order(program.graph)
+        arena = _plan(program, _reuse(program, specs, made[1], order, reuse)[0], order,
+                      alignment).arena_bytes
+        return arena + made[2], arena
+
+    folded = choice(frozenset()) if fold else choices[0]
+    if folded[0].computed:
+        choices.append(_fewer_folds(folded, choice, cost))
     return choices
+
+
+def _fewer_folds(first: Choice, choice, cost) -> Choice:
+    """``first`` with kept values left unfolded, largest first, one at a time, while that
+    lowers (arena + constants, arena) of the exported order: a float mask computed from a
+    boolean one costs 4x its source as a constant, a table read long after the peak costs its
+    bytes for nothing. A value left unfolded leaves its sources folded: the cut moves up to
+    them. Values kept as one tensor (equal per-layer masks) are left unfolded together."""
+    best, best_cost, tried = first, cost(first), set()
+    while len(tried) < MAX_UNFOLD_TRIALS:
+        kept = [name for name, value in best[0].kept.items()
+                if name not in tried and _nbytes(value) >= MIN_UNFOLD_BYTES]
+        if not kept:
+            break
+        name = max(kept, key=lambda n: _nbytes(best[0].kept[n]))
+        same = {n for n, value in best[0].kept.items() if value is best[0].kept[name]}
+        tried.update(same)  # equal values are kept once: they are left unfolded together
+        candidate = choice(best[0].unfolded | same)
+        candidate_cost = cost(candidate)
+        if candidate_cost < best_cost:
+            best, best_cost = candidate, candidate_cost
+    return best
+
+
+def _nbytes(value: object) -> int:
+    return value.nbytes if isinstance(value, torch.Tensor) else 0
 
 
 def _reuse(program: ExportedProgram, specs: SpecTable, alias: AliasTable, order: Order,
@@ -91,11 +140,12 @@ def _reuse(program: ExportedProgram, specs: SpecTable, alias: AliasTable, order:
 
 
 def replay(program: ExportedProgram, specs: SpecTable, roles: Roles, order: Order,
-           order_name: str, reuse: bool, fold: bool) -> Schedule:
-    """A schedule decided before (a saved program), made again: fold when ``fold``, then
-    reuse along ``order`` when ``reuse``. Deterministic; plans nothing (the baseline and
-    constant figures are left at 0)."""
-    folded = fold_constants(program, specs, roles) if fold else NOTHING_FOLDED
+           order_name: str, reuse: bool, fold: bool,
+           unfolded: frozenset[str] = frozenset()) -> Schedule:
+    """A schedule decided before (a saved program), made again: fold when ``fold`` (all but
+    ``unfolded``), then reuse along ``order`` when ``reuse``. Deterministic; plans nothing
+    (the baseline and constant figures are left at 0)."""
+    folded = fold_constants(program, specs, roles, unfolded) if fold else NOTHING_FOLDED
     alias = analyze(program, specs, roles, folded.computed)
     reused, reuses = _reuse(program, specs, alias, order, reuse)
     return Schedule(reused, order, order_name, reuse, reuses, folded)
@@ -109,7 +159,7 @@ def schedule(program: ExportedProgram, specs: SpecTable, roles: Roles,
 
     Pure: reads the program, its specs and roles; returns new tables.
     """
-    choices = _folding(program, specs, roles, options.fold)
+    choices = _folding(program, specs, roles, options.fold, options.reuse, alignment)
     baseline = choices[0][1]
     baseline_bound = _plan(program, baseline, None, alignment).lower_bound_bytes
     exported = {"exported": exported_order(program.graph)}

@@ -35,6 +35,12 @@ class TensorSpec:
         """True when some dim is symbolic (its size is only known at run time)."""
         return any(isinstance(s, torch.SymInt) for s in self.sym_shape)
 
+    @property
+    def is_empty(self) -> bool:
+        """True when the tensor holds no element at any size the program accepts (some dim's
+        upper bound is 0): it takes no byte, and a ``cat`` skips it."""
+        return 0 in self.shape
+
     def with_storage(self, storage: int | None) -> TensorSpec:
         """A copy of this spec assigned to ``storage``."""
         return replace(self, storage=storage)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..errors import LayoutError
+from ..errors import InputError, LayoutError
 from ..layout import same_layout
 from ..plan import MemoryPlan
 from ..spec import TensorSpec
@@ -52,9 +52,13 @@ class Views:
                 check_layout(name, view, spec, op)
         return tuple(made) if multi else made[0]
 
-    def storage_start(self, spec: TensorSpec) -> int:
-        """Where a spec's storage starts in the arena, in elements of its dtype."""
-        return self.plan.storages[spec.storage].offset // spec.dtype.itemsize
+    def storage_start(self, spec: TensorSpec, name: str) -> int:
+        """Where the bytes of value ``name`` (of ``spec``) start in the arena, in elements of
+        its dtype: its storage's offset, plus its slice's when it is made in a slice of a
+        concatenation."""
+        inside = self.facts.slices.get(name)
+        start = self.plan.storages[spec.storage].offset + (inside.offset if inside else 0)
+        return start // spec.dtype.itemsize
 
 
 def check_layout(name: str, tensor: torch.Tensor, spec: TensorSpec, op: Any) -> None:
@@ -65,6 +69,22 @@ def check_layout(name: str, tensor: torch.Tensor, spec: TensorSpec, op: Any) -> 
             f"runtime: node {name!r} ({op}) of shape {tuple(tensor.shape)} {tensor.dtype}: "
             f"memory has dim_order {actual}, the spec says {spec.dim_order}; a kernel would "
             "misread it — report this with the model")
+
+
+def check_view_shape(name: str, view: torch.Tensor, op: Any, traced: Sequence[int],
+                     bindings: Bindings) -> None:
+    """Raise ``InputError`` when a view's shape at this run's sizes is not its traced shape:
+    torch.export traces a dynamic dim as if it were at least 2, and at 0 or 1 a view can
+    come out otherwise (``narrow`` past the end, which eager refuses; ``squeeze`` of a dim
+    that is 1)."""
+    if tuple(view.shape) != tuple(traced):
+        sizes = ", ".join(f"{symbol}={value}" for symbol, value in bindings.items())
+        raise InputError(
+            f"runtime: at {sizes} view {name!r} ({op}) has shape {tuple(view.shape)}, but the "
+            f"program was traced for {tuple(traced)}: torch.export traced the dynamic dims as "
+            "if they were at least 2, and the model does not follow that trace at these sizes "
+            "(eager PyTorch may refuse them too); raise the Dim's min, or give such inputs "
+            "another program")
 
 
 def check_view(name: str, view: torch.Tensor, spec: TensorSpec, op: Any,

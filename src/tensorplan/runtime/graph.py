@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..internal import Locating
 from ..order import scheduled_nodes
 from .args import compile_args
 from .frames import Env, Frames
@@ -34,15 +35,18 @@ class GraphRunner:
         self.rows: tuple[Lowered, ...] = lower_graph(module, prefix, facts, order)
         ctx = replace(context, slots=self.slots, child=self._child(module, prefix, context))
         frame_steps, self.run_steps = [], []
+        self.node_of: dict[int, torch.fx.Node] = {}  # id of a step -> its node (errors only)
         for node, row in zip(nodes, self.rows, strict=True):
             for step, per_frame in build_steps(node, row, ctx):
                 (frame_steps if per_frame else self.run_steps).append(step)
+                self.node_of[id(step)] = node
         self.frames = Frames(len(nodes), frame_steps, facts)
         self.placeholders = [self.slots[n] for n in nodes if n.op == "placeholder"]
         results = nodes[-1].args[0]
         results = (results,) if isinstance(results, torch.fx.Node) else tuple(results)
         self.outputs = compile_args(results, {}, self.slots)
         self.is_subgraph = bool(prefix)
+        self._locating = Locating(self.node_of, prefix)
 
     @staticmethod
     def _child(module: torch.fx.GraphModule, prefix: str,
@@ -51,15 +55,22 @@ class GraphRunner:
             return GraphRunner(getattr(module, attribute), f"{prefix}{attribute}/", context).run
         return child
 
+    def frame(self, bindings: Bindings) -> Env:
+        """The cached frame for these sizes (do not modify it); a failing step is located."""
+        with self._locating:
+            return self.frames.get(bindings)
+
     def run(self, inputs: list[Any], bindings: Bindings) -> list[Any]:
         """Execute the graph with ``inputs`` bound to its placeholders; return its outputs.
 
         Top-level inputs are not bound here: the runner copies them into their planned views.
+        An exception leaves with the node of the step that raised it (``internal.locate``).
         """
-        env: Env = list(self.frames.get(bindings))
+        env: Env = list(self.frame(bindings))
         if self.is_subgraph:
             for slot, value in zip(self.placeholders, inputs, strict=True):
                 env[slot] = value
-        for step in self.run_steps:
-            step(env, bindings)
+        with self._locating:
+            for step in self.run_steps:
+                step(env, bindings)
         return list(self.outputs(env)[0])

@@ -146,23 +146,32 @@ def _target(node: torch.fx.Node) -> str:
 
 
 def _writes_argument(node: torch.fx.Node, prefix: str, facts: ProgramFacts) -> int | None:
-    """Index of the argument whose storage the node's output shares, if any."""
-    target = facts.items(prefix + node.name)[0]
+    """Index of the argument whose bytes the node's output takes over, if any: the same
+    storage at the same place in it (two inputs of a concatenation in place share a storage,
+    each in its own slice)."""
+    name = prefix + node.name
+    target = facts.items(name)[0]
     if target is None or target.storage is None:
         return None
     for i, arg in enumerate(node.args):
         if isinstance(arg, torch.fx.Node):
             spec = facts.specs.get(prefix + arg.name)
-            if isinstance(spec, TensorSpec) and spec.storage == target.storage:
+            if isinstance(spec, TensorSpec) and spec.storage == target.storage \
+                    and facts.slices.get(prefix + arg.name) == facts.slices.get(name):
                 return i
     return None
 
 
+def _is_empty(entry: object) -> bool:
+    return isinstance(entry, TensorSpec) and entry.is_empty
+
+
 def _made_in_place(node: torch.fx.Node, prefix: str, facts: ProgramFacts) -> bool:
-    """Every tensor input already lives in a slice of the node's output storage: the result
-    is there once they are made (a concatenation in place)."""
+    """Every tensor input that holds elements already lives in a slice of the node's output
+    storage: the result is there once they are made (a concatenation in place)."""
     name = prefix + node.name
-    inputs = [n for n in node.all_input_nodes if facts.is_tensor(prefix + n.name)]
+    inputs = [n for n in node.all_input_nodes if facts.is_tensor(prefix + n.name)
+              and not _is_empty(facts.specs.get(prefix + n.name))]
     target = facts.items(name)[0]
     return bool(inputs) and target is not None and name not in facts.slices and all(
         prefix + n.name in facts.slices and facts.specs.get(prefix + n.name).storage

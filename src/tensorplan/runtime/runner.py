@@ -25,6 +25,7 @@ from torch.utils import _pytree as pytree
 from ..alias import AliasTable
 from ..control_flow import assign
 from ..fold import NOTHING_FOLDED, Folded, constant_tensors
+from ..internal import stage
 from ..plan import MemoryPlan
 from ..roles import Role, Roles
 from ..spec import SpecTable
@@ -49,6 +50,7 @@ class Update(enum.Enum):
 class Runner:
     """Runs one planned program out of its own arena, one call at a time."""
 
+    @stage("runtime lowering")
     def __init__(self, program: ExportedProgram, specs: SpecTable, alias: AliasTable,
                  plan: MemoryPlan, roles: Roles, folded: Folded = NOTHING_FOLDED,
                  order: Sequence[str] | None = None) -> None:
@@ -71,6 +73,8 @@ class Runner:
                             for placeholder, buffer in roles.state_buffers.items()}
         self.updates = self._updates(alias, slot_of)
         self._lock = threading.Lock()
+        self._running = stage("run", program,
+                              unless="the model itself fails on these inputs in eager")
         self._initial_state()
 
     def _updates(self, alias: AliasTable,
@@ -98,7 +102,7 @@ class Runner:
 
     @torch.no_grad()
     def _initial_state(self) -> None:
-        frame = self.graph.frames.get(self._static_bindings())
+        frame = self.graph.frame(self._static_bindings())
         tables = {**self.program.state_dict, **self.program.constants}
         for target, slot in self.state_slots.items():
             frame[slot].copy_(tables[target])
@@ -106,7 +110,7 @@ class Runner:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Current values of the mutated buffers (copies), by buffer name."""
         with self._lock:
-            frame = self.graph.frames.get(self._static_bindings())
+            frame = self.graph.frame(self._static_bindings())
             return {target: frame[slot].clone() for target, slot in self.state_slots.items()}
 
     @torch.no_grad()
@@ -114,15 +118,16 @@ class Runner:
         """Run on user inputs; return the user outputs in the model's structure.
 
         With ``copy_outputs=False`` the outputs are views into the arena, valid until the next
-        run. Raises ``InputError`` for inputs that do not match the compiled signature.
+        run. Raises ``InputError`` for inputs that do not match the compiled signature, and
+        ``InternalError`` (naming the node) when a step fails on inputs that passed the checks.
         """
         if self.positional and not kwargs and len(args) == len(self.roles.user_inputs):
             flat = list(args)  # plain positional inputs: no pytree walk
         else:
             flat = flatten_inputs(self.in_spec, args, kwargs)
-        with self._lock:
+        with self._lock, self._running:
             bindings = bind_inputs(self.program, self.roles, flat, self.facts)
-            frame = self.graph.frames.get(bindings)
+            frame = self.graph.frame(bindings)
             for slot, value in zip(self.input_slots, flat, strict=True):
                 if isinstance(value, torch.Tensor):
                     frame[slot].copy_(value)  # into the planned layout, never reinterpreted

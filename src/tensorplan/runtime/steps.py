@@ -19,7 +19,7 @@ import torch.fx
 from ..control_flow import ControlFlowOp
 from ..spec import TensorSpec
 from .args import compile_args
-from .frames import Env, Step, Views, check_view
+from .frames import Env, Step, Views, check_view, check_view_shape
 from .lower import Kind, Lowered
 from .shapes import Bindings, SymbolicShape
 from .unbacked import binder
@@ -110,10 +110,11 @@ def _storage_shift(node: torch.fx.Node, row: Lowered,
     positional = position < len(node.args)
     given = node.args[position] if positional else node.kwargs.get("storage_offset")
     prefix = row.name[:len(row.name) - len(node.name)]
-    base = ctx.views.facts.specs.get(prefix + node.args[0].name)
+    base_name = prefix + node.args[0].name
+    base = ctx.views.facts.specs.get(base_name)
     if given is None or not isinstance(base, TensorSpec) or base.storage is None:
         return None
-    start = ctx.views.storage_start(base)
+    start = ctx.views.storage_start(base, base_name)
 
     def shift(args: Any, kwargs: Any) -> tuple:
         if positional:
@@ -132,6 +133,7 @@ def _view(node, row, ctx) -> Built:
     shift = _storage_shift(node, row, ctx)
     traced = (SymbolicShape.of(spec.view_strides)
               if isinstance(spec, TensorSpec) and spec.view_strides is not None else None)
+    shape = ctx.views.facts.shapes.get((name, None))
 
     def view(env: Env, b: Bindings) -> None:
         args, kwargs = build(env)
@@ -139,6 +141,7 @@ def _view(node, row, ctx) -> Built:
             args, kwargs = shift(args, kwargs)
         env[slot] = result = op(*args, **kwargs)
         if checked and isinstance(spec, TensorSpec) and isinstance(result, torch.Tensor):
+            check_view_shape(name, result, op, shape.evaluate(b), b)
             check_view(name, result, spec, op, traced.evaluate(b) if traced else None)
     return [(view, row.per_frame)]
 

@@ -5,20 +5,23 @@ dims.
 
 Each plan is at its lower bound, each run equals eager (on several inputs; step by step for the
 cache, at several sizes for the dynamic dims), and no arena is above ExecuTorch's (constant
-propagation on) for the same model. Each model is compiled once per process (``compiled``) and
-lowered by ExecuTorch once per process (``executorch_arena``).
+propagation on) for the same model. Each model is compiled once per process
+(``test_hf_models.compiled``) and lowered by ExecuTorch once per process
+(``executorch_reference.executorch_arena``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 import test_hf_models as hf
 import torch
 from executorch_reference import executorch_arena
-from test_hf_models import compiled
 
 import tensorplan as tp
 from tensorplan import zoo
+from tensorplan.hf_models import CACHE_LEN, VOCAB
 
 pytest.importorskip("transformers")
 pytest.importorskip("executorch")
@@ -54,33 +57,40 @@ DECODE_STEPS = 6
 BATCH_SEQ = [(1, 2), (4, 64), (2, 23), (3, 41), (1, 64), (4, 2)]
 
 
+@functools.cache
+def example(name: str) -> zoo.Example:
+    """Zoo model ``name`` built once per process, for eager runs of a model without state
+    (the same seed as ``test_hf_models.compiled``'s: the same weights)."""
+    return zoo.example(name)
+
+
 def eager(name: str, *args: torch.Tensor) -> object:
-    """The output of a fresh eager copy of zoo model ``name`` (same seed, same weights)."""
+    """Eager zoo model ``name`` on ``args``."""
     with torch.no_grad():
-        return zoo.example(name).model(*args)
+        return example(name).model(*args)
 
 
 def static_inputs(name: str, seed: int) -> tuple[torch.Tensor, ...]:
     """Inputs shaped like the example inputs of ``name``: token ids, or audio."""
     generator = torch.Generator().manual_seed(seed)
-    return tuple(torch.randint(0, 1000, arg.shape, generator=generator)
+    return tuple(torch.randint(0, VOCAB, arg.shape, generator=generator)
                  if arg.dtype == torch.int64 else torch.randn(arg.shape, generator=generator)
-                 for arg in zoo.example(name).args)
+                 for arg in example(name).args)
 
 
 @pytest.mark.parametrize("name", STATIC + [TWO_DIMS])
 def test_plan_is_tight_with_constants_outside_and_free_views(name: str) -> None:
-    hf.check_model_plan(name, compiled(name))
+    hf.check_model_plan(name, hf.compiled(name))
 
 
 @pytest.mark.parametrize(("name", "config"), EXECUTORCH_CASES)
 def test_arena_is_not_above_executorch(name: str, config: str) -> None:
-    assert compiled(name).plan.arena_bytes <= executorch_arena(name, config)
+    assert hf.compiled(name).plan.arena_bytes <= executorch_arena(name, config)
 
 
 @pytest.mark.parametrize("name", STATIC)
 def test_static_model_matches_eager_on_several_inputs(name: str) -> None:
-    runner = compiled(name).runner()
+    runner = hf.compiled(name).runner()
     for seed in range(RUNS):
         args = static_inputs(name, seed)
         torch.testing.assert_close(runner.run(*args), eager(name, *args))
@@ -91,7 +101,7 @@ def check_cache_is_state(program: tp.Program) -> None:
     """The parameters and the rotary buffers are constants; each cache buffer is one state
     storage of its exact size, which its ``index_put`` update (or length ``add``) shares."""
     roles = program.roles
-    assert len(roles.constants) == 21 + 2
+    assert len(roles.constants) == 21 + 2  # parameters, inv_freq and original_inv_freq
     assert all(program.specs[name].storage is None for name in roles.constants)
     buffers = roles.state_buffers
     assert sorted(target.removeprefix("module.") for target in buffers.values()) \
@@ -104,7 +114,7 @@ def check_cache_is_state(program: tp.Program) -> None:
 
 
 def test_static_cache_plan_is_tight_with_the_cache_as_state() -> None:
-    program = compiled(CACHE)
+    program = hf.compiled(CACHE)
     hf.check_plan_is_tight(program)
     hf.check_views_cost_nothing(program)
     hf.check_output_sizes(CACHE, program)
@@ -112,7 +122,7 @@ def test_static_cache_plan_is_tight_with_the_cache_as_state() -> None:
 
 
 def test_static_cache_decodes_step_by_step_like_eager() -> None:
-    runner, model = compiled(CACHE).runner(), zoo.example(CACHE).model
+    runner, model = hf.compiled(CACHE).runner(), zoo.example(CACHE).model
     token = torch.tensor([[7]])
     for position in range(DECODE_STEPS):
         step = (token, torch.tensor([position]))
@@ -125,11 +135,11 @@ def test_static_cache_decodes_step_by_step_like_eager() -> None:
         if name in CACHE_STATE:
             torch.testing.assert_close(state[f"module.{name}"], buffer)
     filled = state["module.key_cache_0"].abs().sum(dim=(0, 1, 3)) > 0
-    assert filled.tolist() == [True] * DECODE_STEPS + [False] * (32 - DECODE_STEPS)
+    assert filled.tolist() == [True] * DECODE_STEPS + [False] * (CACHE_LEN - DECODE_STEPS)
 
 
 def test_two_dynamic_dims_plan_at_both_upper_bounds() -> None:
-    program = compiled(TWO_DIMS)
+    program = hf.compiled(TWO_DIMS)
     ids, mask = program.exported_program.graph_signature.user_inputs
     for name in (ids, mask):
         assert program.specs[name].shape == (4, 64) and program.specs[name].is_dynamic
@@ -137,9 +147,9 @@ def test_two_dynamic_dims_plan_at_both_upper_bounds() -> None:
 
 
 def test_two_dynamic_dims_match_eager_at_several_sizes() -> None:
-    runner = compiled(TWO_DIMS).runner()
+    runner = hf.compiled(TWO_DIMS).runner()
     for batch, seq in BATCH_SEQ:
-        ids = torch.randint(0, 1000, (batch, seq))
+        ids = torch.randint(0, VOCAB, (batch, seq))
         mask = torch.ones(batch, seq, dtype=torch.int64)
         mask[0, seq // 2:] = 0  # the first row padded
         torch.testing.assert_close(runner.run(ids, mask), eager(TWO_DIMS, ids, mask))

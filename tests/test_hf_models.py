@@ -1,6 +1,7 @@
 """Memory plans of the ``transformers`` models of ``tensorplan.hf_models`` (random weights).
 
-Each model is compiled once per test process (about 45 s for all fourteen on one core).
+Each model is compiled once per test process (about 45 s for all fourteen on one core); the
+newer families are checked in ``test_zoo_families.py`` with these tables and helpers.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import tensorplan as tp
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
-HF_NAMES = ["hf_bert", "hf_bert_dynamic", "hf_convnext", "hf_deit", "hf_distilbert", "hf_gpt2",
-            "hf_gpt2_dynamic", "hf_llama", "hf_mobilenet_v2", "hf_mobilevit", "hf_resnet",
-            "hf_swin", "hf_t5_encoder", "hf_vit"]
+HF_NAMES = ["hf_bart", "hf_bert", "hf_bert_batch_dynamic", "hf_bert_dynamic", "hf_convnext",
+            "hf_deit", "hf_distilbert", "hf_gpt2", "hf_gpt2_dynamic", "hf_llama",
+            "hf_llama_static_cache", "hf_mobilenet_v2", "hf_mobilevit", "hf_olmoe",
+            "hf_qwen2_moe", "hf_resnet", "hf_swin", "hf_t5", "hf_t5_encoder", "hf_vit",
+            "hf_wav2vec2"]
 # The architectures added for the bound-lowering bench (issue 11), checked without named views.
 MORE_ARCHITECTURES = ["hf_convnext", "hf_deit", "hf_distilbert", "hf_llama", "hf_mobilevit",
                       "hf_resnet", "hf_swin", "hf_t5_encoder"]
@@ -31,7 +34,9 @@ CONSTANTS = {"hf_gpt2": (29, 0), "hf_gpt2_dynamic": (29, 0), "hf_bert": (39, 2),
              "hf_bert_dynamic": (39, 2), "hf_vit": (40, 0), "hf_mobilenet_v2": (158, 156),
              "hf_llama": (21, 2), "hf_t5_encoder": (20, 0), "hf_distilbert": (36, 1),
              "hf_deit": (41, 0), "hf_convnext": (65, 0), "hf_mobilevit": (251, 96),
-             "hf_resnet": (38, 36), "hf_swin": (82, 4)}
+             "hf_resnet": (38, 36), "hf_swin": (82, 4), "hf_bart": (94, 1), "hf_t5": (50, 0),
+             "hf_olmoe": (25, 2), "hf_qwen2_moe": (35, 2), "hf_wav2vec2": (47, 0),
+             "hf_llama_static_cache": (21, 8), "hf_bert_batch_dynamic": (39, 2)}
 
 # Bytes of each graph output's storage (batch 1, float32, 16-byte aligned).
 OUTPUT_BYTES = {"hf_gpt2": [64 * 1000 * 4], "hf_gpt2_dynamic": [64 * 1000 * 4],
@@ -39,7 +44,10 @@ OUTPUT_BYTES = {"hf_gpt2": [64 * 1000 * 4], "hf_gpt2_dynamic": [64 * 1000 * 4],
                 "hf_vit": [48], "hf_mobilenet_v2": [48], "hf_llama": [64 * 1000 * 4],
                 "hf_t5_encoder": [64 * 128 * 4], "hf_distilbert": [64 * 128 * 4],
                 "hf_deit": [48], "hf_convnext": [48], "hf_mobilevit": [48], "hf_resnet": [48],
-                "hf_swin": [48]}
+                "hf_swin": [48], "hf_bart": [16 * 1000 * 4], "hf_t5": [16 * 1000 * 4],
+                "hf_olmoe": [32 * 1000 * 4], "hf_qwen2_moe": [32 * 1000 * 4],
+                "hf_wav2vec2": [399 * 64 * 4], "hf_llama_static_cache": [1000 * 4],
+                "hf_bert_batch_dynamic": [4 * 64 * 128 * 4, 4 * 128 * 4]}
 
 # Concrete activation views in the static graphs: (view node, the node it views).
 ACTIVATION_VIEWS = {

@@ -5,7 +5,7 @@ Nothing is downloaded: every model is built from its config class, so no hub acc
 is wrapped so that it takes plain tensors and returns a plain tensor (or a tuple of them), which
 ``torch.export.export(..., strict=False)`` captures without pytree registrations.
 
-Configs (all float32, batch 1):
+Configs (all float32, batch 1 unless the batch is dynamic):
 
 - ``hf_gpt2``: GPT-2 LM head, 2 layers, n_embd 128, 4 heads, vocab 1000, 64 tokens;
   ``hf_gpt2_dynamic`` the same with ``seq`` in ``[2, 64]``;
@@ -25,7 +25,25 @@ Configs (all float32, batch 1):
 - ``hf_resnet``: ResNet classifier (basic blocks), widths 16/32/64/128, one block per stage,
   image 64, 10 labels;
 - ``hf_swin``: Swin classifier, embed 32, depths 1/1/2, heads 2/4/8, window 4, patch 4,
-  image 64, 10 labels.
+  image 64, 10 labels;
+- ``hf_bart``: BART encoder-decoder LM, 2 + 2 layers, d_model 128, 4 heads, ffn 512,
+  vocab 1000, 64 encoder and 16 decoder tokens; returns the logits;
+- ``hf_t5``: T5 encoder-decoder LM (its decoder's cache code on, as by default), 2 + 2 layers,
+  d_model 128, 4 heads of 32, d_ff 512, vocab 1000, 64 encoder and 16 decoder tokens;
+- ``hf_olmoe``: OLMoE causal LM, 2 layers, hidden 64, 4 heads, top-2 of 8 experts of 64
+  (transformers' ``batched_mm`` experts), vocab 1000, 32 tokens;
+- ``hf_qwen2_moe``: Qwen2-MoE causal LM, 2 layers, hidden 64, 4 query and 2 key/value heads,
+  top-2 of 4 experts of 64 (``batched_mm``) and a gated shared expert of 128, vocab 1000,
+  32 tokens;
+- ``hf_wav2vec2``: Wav2Vec2 encoder, 3 conv feature layers of 32 (kernels 10/3/3, strides
+  5/2/2), positional conv of 16, 2 transformer layers, hidden 64, 4 heads, intermediate 128,
+  on 0.5 s of 16 kHz audio (8000 samples); returns the last hidden state;
+- ``hf_llama_static_cache``: ``hf_llama``'s config wrapped by ``transformers``'
+  ``TorchExportableModuleWithStaticCache`` (``transformers.integrations.executorch``), a
+  static KV cache of 32 positions in mutable buffers; one decode step, a token id and its
+  cache position in, the logits out;
+- ``hf_bert_batch_dynamic``: ``hf_bert`` with two dynamic dims, batch in ``[1, 4]`` and seq
+  in ``[2, 64]`` (example batch 2, 16 tokens).
 """
 
 from __future__ import annotations
@@ -43,6 +61,11 @@ from .example import Example
 VOCAB = 1000      # vocabulary of the language models
 SEQ = 64          # tokens of the static inputs, and the upper bound of the dynamic ones
 SEQ_EXAMPLE = 16  # tokens of the example input of the dynamic variants
+DECODER_SEQ = 16  # decoder tokens of the encoder-decoder models
+MOE_SEQ = 32      # tokens of the mixture-of-experts models
+CACHE_LEN = 32    # positions of the static KV cache
+MAX_BATCH = 4     # upper bound of the dynamic batch
+AUDIO_SAMPLES = 8000  # 0.5 s of 16 kHz audio
 
 
 class LogitsOnly(nn.Module):
@@ -68,6 +91,40 @@ class EncoderOutputs(nn.Module):
         hidden, pooled = self.model(input_ids, attention_mask=attention_mask,
                                     return_dict=False)[:2]
         return hidden, pooled
+
+
+class Seq2SeqLogits(nn.Module):
+    """Calls a ``transformers`` encoder-decoder on encoder and decoder token ids; returns the
+    logits."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids, decoder_input_ids=decoder_input_ids, return_dict=False)[0]
+
+
+class StaticCacheStep(nn.Module):
+    """One decode step of a ``TorchExportableModuleWithStaticCache``, token ids and cache
+    position in, logits out.
+
+    Non-strict export swaps a module's own buffers for traced ones, but not the tensors the
+    cache object holds (the same tensors, reached another way), which it would lift as
+    constants written in place; so each call first points the cache's layers at the module's
+    buffers (eagerly they are the same tensors: nothing changes).
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.module.static_cache.layers):
+            layer.keys = getattr(self.module, f"key_cache_{i}")
+            layer.values = getattr(self.module, f"value_cache_{i}")
+            layer.cumulative_length = getattr(self.module, f"cumulative_length_{i}")
+        return self.module(input_ids=input_ids, cache_position=cache_position)
 
 
 def _gpt2_model() -> nn.Module:
@@ -215,6 +272,94 @@ def hf_swin() -> Example:
     return Example(LogitsOnly(SwinForImageClassification(config)).eval(), _image(64))
 
 
+def hf_bart() -> Example:
+    """BART encoder-decoder LM (2 + 2 layers, d_model 128) on 64 encoder and 16 decoder tokens;
+    returns the logits ``(1, 16, 1000)``."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    config = BartConfig(vocab_size=VOCAB, d_model=128, encoder_layers=2, decoder_layers=2,
+                        encoder_attention_heads=4, decoder_attention_heads=4,
+                        encoder_ffn_dim=512, decoder_ffn_dim=512, max_position_embeddings=SEQ)
+    return Example(Seq2SeqLogits(BartForConditionalGeneration(config)).eval(),
+                   (_tokens(SEQ), _tokens(DECODER_SEQ)))
+
+
+def hf_t5() -> Example:
+    """T5 encoder-decoder LM (2 + 2 layers, d_model 128, the decoder's cache on) on 64 encoder
+    and 16 decoder tokens; returns the logits ``(1, 16, 1000)``."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=VOCAB, d_model=128, d_kv=32, d_ff=512, num_layers=2,
+                      num_decoder_layers=2, num_heads=4)
+    return Example(Seq2SeqLogits(T5ForConditionalGeneration(config)).eval(),
+                   (_tokens(SEQ), _tokens(DECODER_SEQ)))
+
+
+def hf_olmoe() -> Example:
+    """OLMoE causal LM (2 layers, hidden 64, top-2 of 8 experts through ``batched_mm``) on
+    32 tokens; returns the logits."""
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    config = OlmoeConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                         num_experts=8, num_experts_per_tok=2, max_position_embeddings=SEQ,
+                         eos_token_id=VOCAB - 1, use_cache=False,
+                         experts_implementation="batched_mm")
+    return Example(LogitsOnly(OlmoeForCausalLM(config)).eval(), (_tokens(MOE_SEQ),))
+
+
+def hf_qwen2_moe() -> Example:
+    """Qwen2-MoE causal LM (2 layers, hidden 64, top-2 of 4 experts through ``batched_mm``,
+    a gated shared expert) on 32 tokens; returns the logits."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    config = Qwen2MoeConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                            shared_expert_intermediate_size=128, max_position_embeddings=SEQ,
+                            use_cache=False, experts_implementation="batched_mm")
+    return Example(LogitsOnly(Qwen2MoeForCausalLM(config)).eval(), (_tokens(MOE_SEQ),))
+
+
+def hf_wav2vec2() -> Example:
+    """Wav2Vec2 encoder (3 conv feature layers of 32, 2 transformer layers, hidden 64) on 0.5 s
+    of 16 kHz audio; returns the last hidden state ``(1, 399, 64)``."""
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    config = Wav2Vec2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=128, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2),
+                            conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+                            num_conv_pos_embedding_groups=4)
+    return Example(LogitsOnly(Wav2Vec2Model(config)).eval(), (torch.randn(1, AUDIO_SAMPLES),))
+
+
+def hf_llama_static_cache() -> Example:
+    """Llama as ``hf_llama`` wrapped by ``transformers.integrations.executorch``'s
+    ``TorchExportableModuleWithStaticCache`` (a static KV cache of 32 positions in mutable
+    buffers): one decode step, token id and cache position in; returns the logits
+    ``(1, 1, 1000)``."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=344,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=SEQ)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static")
+    module = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=CACHE_LEN)
+    return Example(StaticCacheStep(module).eval(), (_tokens(1), torch.tensor([0])))
+
+
+def hf_bert_batch_dynamic() -> Example:
+    """BERT as ``hf_bert`` with two dynamic dims: batch in ``[1, 4]`` and seq in ``[2, 64]``."""
+    batch, seq = Dim("batch", min=1, max=MAX_BATCH), _seq_dim()
+    ids = torch.randint(0, VOCAB, (2, SEQ_EXAMPLE))
+    mask = torch.ones(2, SEQ_EXAMPLE, dtype=torch.long)
+    # seq first: benchmarks/bench_run.py times the first Dim at its bounds and example size
+    return Example(_bert_model(), (ids, mask),
+                   dynamic_shapes=({1: seq, 0: batch}, {1: seq, 0: batch}))
+
+
 def _torchvision_ready(factory: Callable[[], Example]) -> Callable[[], Example]:
     """``factory``, run once torchvision imports: ``transformers`` imports it when it is
     installed, and beside a CPU-only torch that takes ``vision_models.import_torchvision``."""
@@ -246,5 +391,12 @@ def hf_examples() -> dict[str, Callable[[], Example]]:
         "hf_mobilevit": hf_mobilevit,
         "hf_resnet": hf_resnet,
         "hf_swin": hf_swin,
+        "hf_bart": hf_bart,
+        "hf_t5": hf_t5,
+        "hf_olmoe": hf_olmoe,
+        "hf_qwen2_moe": hf_qwen2_moe,
+        "hf_wav2vec2": hf_wav2vec2,
+        "hf_llama_static_cache": hf_llama_static_cache,
+        "hf_bert_batch_dynamic": hf_bert_batch_dynamic,
     }
     return {name: _torchvision_ready(factory) for name, factory in factories.items()}

@@ -18,6 +18,7 @@ and no folding, which ``MemoryPlan.baseline_bound_bytes`` reports beside the new
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -103,7 +104,8 @@ def _folding(program: ExportedProgram, specs: SpecTable, roles: Roles, fold: boo
     return choices
 
 
-def _fewer_folds(first: Choice, choice, cost) -> Choice:
+def _fewer_folds(first: Choice, choice: Callable[[frozenset[str]], Choice],
+                 cost: Callable[[Choice], tuple[int, int]]) -> Choice:
     """``first`` with kept values left unfolded, largest first, one at a time, while that
     lowers (arena + constants, arena) of the exported order: a float mask computed from a
     boolean one costs 4x its source as a constant, a table read long after the peak costs its

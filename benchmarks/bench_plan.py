@@ -36,8 +36,7 @@ from typing import Any
 
 import common
 import torch
-from common import EXECUTORCH_CONFIGS, one_line, quiet, same_outputs
-from torch.utils import _pytree as pytree
+from common import EXECUTORCH_CONFIGS, ExecuTorchResult, one_line, quiet, same_outputs
 
 import tensorplan as tp
 from tensorplan import zoo
@@ -52,18 +51,6 @@ OFF = {"reuse": False, "reorder": False, "fold": False}
 # The runs of each technique alone: (column, compile switches)
 TECHNIQUES = (("reuse only", {**OFF, "reuse": True}), ("reorder only", {**OFF, "reorder": True}),
               ("fold only", {**OFF, "fold": True}))
-
-
-@dataclass(frozen=True)
-class ExecuTorchResult:
-    """One ExecuTorch configuration on one model."""
-
-    config: str                  # name in common.EXECUTORCH_CONFIGS
-    arena: int | None            # planned arena bytes, None when it did not lower
-    constants: int | None        # constant buffer bytes, None when it did not lower
-    failed: str | None           # the step that failed: "lower", "load" (a kernel the runtime
-    #                              lacks), "run" or "differs" (from eager); None when none did
-    reason: str | None           # why that step failed
 
 
 @dataclass(frozen=True)
@@ -102,22 +89,7 @@ def _executorch_config(example: Example, expected: Any, config: str) -> ExecuTor
         lowered = common.lower_to_executorch(example, config)
     except Exception as error:  # any lowering failure becomes the table cell, not a crash
         return ExecuTorchResult(config, None, None, "lower", one_line(error, REASON_CHARS))
-    arena = common.executorch_arena_bytes(lowered)
-    constants = common.executorch_constant_bytes(lowered)
-    program = common.load_executorch(lowered)
-    calls: list[Any] = []
-    outputs: list[Any] = []
-    reason = common.executorch_failure(
-        lambda: calls.append(common.executorch_call(program, example.args, example.kwargs)),
-        REASON_CHARS)
-    if reason is not None:
-        return ExecuTorchResult(config, arena, constants, "load", reason)
-    reason = common.executorch_failure(lambda: outputs.extend(calls[0]()), REASON_CHARS)
-    if reason is not None:
-        return ExecuTorchResult(config, arena, constants, "run", reason)
-    if not same_outputs(pytree.tree_leaves(expected), outputs):
-        return ExecuTorchResult(config, arena, constants, "differs", "outputs differ from eager")
-    return ExecuTorchResult(config, arena, constants, None, None)
+    return common.check_executorch(config, lowered, example, expected, REASON_CHARS)
 
 
 def _peak_cell(plan: tp.MemoryPlan) -> str:
@@ -173,14 +145,8 @@ def warm_up() -> None:
 
 # --- tables ----------------------------------------------------------------------------------
 def best(row: Row) -> ExecuTorchResult | None:
-    """The ExecuTorch configuration with the smallest arena (the earlier one on a tie) among
-    those whose program loads (the runtime has every kernel) and, when it runs, equals eager.
-
-    A kernel that fails at run time on every configuration (the portable batch norm on
-    channels_last input) says nothing about the plan, so it does not rule a configuration out.
-    """
-    valid = [result for result in row.executorch if result.failed in (None, "run")]
-    return min(valid, key=lambda result: result.arena or 0) if valid else None
+    """The best ExecuTorch configuration of the row (``common.best_result``)."""
+    return common.best_result(row.executorch)
 
 
 def _ratio(numerator: float, denominator: float | None) -> str:

@@ -12,7 +12,8 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -194,3 +195,46 @@ def emit(text: str, out: str | None) -> None:
     if out:
         with open(out, "w", encoding="utf-8") as handle:
             handle.write(text)
+
+
+@dataclass(frozen=True)
+class ExecuTorchResult:
+    """One ExecuTorch program (a configuration, or tensorplan's) on one model."""
+
+    config: str                  # name in EXECUTORCH_CONFIGS, or "tensorplan"
+    arena: int | None            # planned arena bytes, None when it did not lower
+    constants: int | None        # constant buffer bytes, None when it did not lower
+    failed: str | None           # the step that failed: "lower", "load" (a kernel the runtime
+    #                              lacks), "run" or "differs" (from eager); None when none did
+    reason: str | None           # why that step failed
+
+
+def check_executorch(config: str, lowered: Any, example: Example, expected: Any,
+                     limit: int) -> ExecuTorchResult:
+    """Load a lowered program in ExecuTorch's runtime, run it on the example once and compare
+    its outputs with eager's ``expected``; failure reasons in at most ``limit`` characters."""
+    arena, constants = executorch_arena_bytes(lowered), executorch_constant_bytes(lowered)
+    program = load_executorch(lowered)
+    calls: list[Any] = []
+    outputs: list[Any] = []
+    reason = executorch_failure(
+        lambda: calls.append(executorch_call(program, example.args, example.kwargs)), limit)
+    if reason is not None:
+        return ExecuTorchResult(config, arena, constants, "load", reason)
+    reason = executorch_failure(lambda: outputs.extend(calls[0]()), limit)
+    if reason is not None:
+        return ExecuTorchResult(config, arena, constants, "run", reason)
+    if not same_outputs(pytree.tree_leaves(expected), outputs):
+        return ExecuTorchResult(config, arena, constants, "differs", "outputs differ from eager")
+    return ExecuTorchResult(config, arena, constants, None, None)
+
+
+def best_result(results: Sequence[ExecuTorchResult]) -> ExecuTorchResult | None:
+    """The ExecuTorch configuration with the smallest arena (the earlier one on a tie) among
+    those whose program loads (the runtime has every kernel) and, when it runs, equals eager.
+
+    A kernel that fails at run time on every configuration (the portable batch norm on
+    channels_last input) says nothing about the plan, so it does not rule a configuration out.
+    """
+    valid = [result for result in results if result.failed in (None, "run")]
+    return min(valid, key=lambda result: result.arena or 0) if valid else None

@@ -1,0 +1,231 @@
+"""The ``.pte`` tensorplan ships (``integrations.executorch.to_executorch``) vs ExecuTorch's own,
+every program run in ExecuTorch's runtime.
+
+Usage: ``python benchmarks/bench_pte.py [--out FILE] [--models a,b] [--runs N]``
+
+For each zoo model (default: all) the script exports the example once
+(``torch.export.export``, strict=False), lowers it with each ExecuTorch configuration of
+``common.EXECUTORCH_CONFIGS`` and with ``to_executorch`` (defaults: reuse, reorder, fold,
+algorithm "auto"), loads every program in ExecuTorch's runtime, runs it on the example inputs
+and compares the outputs with eager PyTorch. ExecuTorch's best configuration is
+``common.best_result``'s (smallest arena among those that load and, where they run, equal
+eager; the same rule as ``bench_plan.py``). Run time: median ms of ``method.execute`` of
+tensorplan's ``.pte`` and of the best configuration's, calls interleaved, in the same runtime.
+
+It prints a summary line (median and max of the ``.pte`` arena over ExecuTorch's best, the
+``_dynamic`` variants left out as in ``bench_plan.py``) and a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import common
+import torch
+from common import EXECUTORCH_CONFIGS, ExecuTorchResult, one_line, quiet
+
+from tensorplan import zoo
+from tensorplan.integrations.executorch import Shipped, lower
+from tensorplan.zoo import Example
+
+REASON_CHARS = 90   # longest failure reason printed in a table cell
+DEFAULT_RUNS = 10   # timed calls of each program
+TARGET_MEDIAN = 0.75  # the issue's target for the median .pte arena / ExecuTorch best
+
+
+@dataclass(frozen=True)
+class Row:
+    """One model's measurements."""
+
+    model: str
+    executorch: tuple[ExecuTorchResult, ...]  # one per EXECUTORCH_CONFIGS entry
+    shipped: Shipped | None  # tensorplan's lowering (its manager dropped), None if it failed
+    result: ExecuTorchResult  # tensorplan's .pte loaded, run and compared with eager
+    seconds: float  # to_executorch wall time
+    times: dict[str, float] | None  # median ms: "tensorplan" and "executorch" (best config)
+
+
+def _export(example: Example) -> torch.export.ExportedProgram:
+    return torch.export.export(example.model, example.args, example.kwargs,
+                               dynamic_shapes=example.dynamic_shapes, strict=False)
+
+
+def _lower_config(example: Example, config: str) -> tuple[Any, str | None]:
+    try:
+        return common.lower_to_executorch(example, config), None
+    except Exception as error:  # any lowering failure becomes the table cell, not a crash
+        return None, one_line(error, REASON_CHARS)
+
+
+def _times(example: Example, ours: Any, theirs: Any, runs: int) -> dict[str, float]:
+    programs = {"tensorplan": common.load_executorch(ours),
+                "executorch": common.load_executorch(theirs)}
+    calls = {name: common.executorch_call(program, example.args, example.kwargs)
+             for name, program in programs.items()}
+    return common.medians(calls, runs)
+
+
+def measure(name: str, runs: int) -> Row:
+    """Lower zoo model ``name`` with every ExecuTorch configuration and with tensorplan."""
+    example = zoo.example(name)
+    with torch.no_grad():
+        expected = example.model(*example.args, **example.kwargs)
+    lowered, results = {}, []
+    for config in EXECUTORCH_CONFIGS:
+        program, reason = _lower_config(example, config)
+        if program is None:
+            results.append(ExecuTorchResult(config, None, None, "lower", reason))
+            continue
+        lowered[config] = program
+        results.append(common.check_executorch(config, program, example, expected,
+                                               REASON_CHARS))
+    start = time.perf_counter()
+    try:
+        with torch.no_grad(), quiet():
+            shipped = lower(_export(example))
+    except Exception as error:  # a failure becomes the table cell, not a crash
+        failed = ExecuTorchResult("tensorplan", None, None, "lower", one_line(error, REASON_CHARS))
+        return Row(name, tuple(results), None, failed, time.perf_counter() - start, None)
+    seconds = time.perf_counter() - start
+    ours = common.check_executorch("tensorplan", shipped.manager, example, expected,
+                                   REASON_CHARS)
+    chosen = common.best_result(results)
+    times = _times(example, shipped.manager, lowered[chosen.config], runs) \
+        if chosen is not None and ours.failed is None and chosen.failed is None else None
+    return Row(name, tuple(results), dataclasses.replace(shipped, manager=None), ours, seconds,
+               times)
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> str:
+    return f"{numerator / denominator:.2f}x" if numerator is not None and denominator else "n/a"
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _equal_cell(result: ExecuTorchResult) -> str:
+    return "yes" if result.failed is None else f"{result.failed}: {result.reason}"
+
+
+def _time_cell(times: dict[str, float] | None) -> str:
+    if times is None:
+        return "n/a"
+    return (f"{times['tensorplan']:.2f} / {times['executorch']:.2f} ms "
+            f"({_ratio(times['tensorplan'], times['executorch'])})")
+
+
+def _plan_cells(shipped: Shipped) -> list[str]:
+    plans = list(shipped.methods.values())
+    return [str(shipped.arena_bytes), str(sum(p.lower_bound_bytes for p in plans)),
+            str(shipped.constant_bytes), shipped.folding, ", ".join(p.order for p in plans),
+            f"{sum(p.in_place for p in plans)} / {sum(p.concat for p in plans)}"]
+
+
+def table(rows: Sequence[Row]) -> str:
+    """One line per model: the .pte's plan, ExecuTorch's greedy and best, ratios, run."""
+    header = ["model", ".pte arena (B)", "lower bound (B)", "constants (B)", "folding", "order",
+              "in-place / concat links", "ExecuTorch greedy (B)", "ExecuTorch best (B)",
+              "best config", ".pte / best", "arena + constants / best's",
+              "equals eager in ExecuTorch's runtime", "run: .pte / best's .pte",
+              "to_executorch (s)"]
+    cells = []
+    for row in rows:
+        greedy, chosen = row.executorch[0], common.best_result(row.executorch)
+        plan = _plan_cells(row.shipped) if row.shipped else ["n/a"] * 6
+        best_arena = chosen.arena if chosen else None
+        line = [row.model, *plan,
+                str(greedy.arena) if greedy.arena is not None else f"{greedy.failed} failed",
+                str(best_arena) if chosen else "none loads",
+                chosen.config + (" (†)" if chosen.failed else "") if chosen else "n/a",
+                _ratio(row.shipped.arena_bytes if row.shipped else None, best_arena),
+                _ratio(row.shipped.arena_bytes + row.shipped.constant_bytes
+                       if row.shipped else None,
+                       (best_arena or 0) + (chosen.constants or 0) if chosen else None),
+                _equal_cell(row.result), _time_cell(row.times), f"{row.seconds:.1f}"]
+        cells.append(line)
+    return _markdown(header, cells)
+
+
+def summary(rows: Sequence[Row]) -> str:
+    """Median and max of the .pte arena over ExecuTorch's best, models above 1.00x, totals
+    above the best's, and .pte programs that differ from eager."""
+    ratios, totals = {}, {}
+    for row in rows:
+        chosen = common.best_result(row.executorch)
+        if row.model.endswith("_dynamic") or not row.shipped or not chosen or not chosen.arena:
+            continue
+        ratios[row.model] = row.shipped.arena_bytes / chosen.arena
+        totals[row.model] = (row.shipped.arena_bytes + row.shipped.constant_bytes) / \
+            (chosen.arena + (chosen.constants or 0))
+    if not ratios:
+        return "No model lowered: no summary.\n"
+    median, worst = statistics.median(ratios.values()), max(ratios, key=ratios.__getitem__)
+    above = sorted(name for name, ratio in ratios.items() if ratio > 1.0)
+    heavier = sorted(name for name, ratio in totals.items() if ratio > 1.0)
+    differ = sorted(row.model for row in rows if row.result.failed is not None)
+    return (f"**Summary** over {len(ratios)} models (the `_dynamic` variants left out): `.pte` "
+            f"arena / ExecuTorch best median **{median:.2f}x** (target <= {TARGET_MEDIAN:.2f}x: "
+            f"{'met' if median <= TARGET_MEDIAN else 'missed'}), max {ratios[worst]:.2f}x "
+            f"({worst}); above 1.00x: {', '.join(above) or 'none'}; arena + constants above "
+            f"the best's: {', '.join(heavier) or 'none'}; `.pte` not equal to eager in "
+            f"ExecuTorch's runtime: {', '.join(differ) or 'none'}.\n")
+
+
+def report(rows: Sequence[Row], runs: int) -> str:
+    """The summary line and the table with its notes."""
+    return "".join([
+        summary(rows), "\n",
+        "`.pte` arena: the planned bytes of tensorplan's program (ExecuTorch's non-constant "
+        "buffers), with its lower bound for the chosen order and links; folding: the one kept "
+        "(\"none\", or ExecuTorch's constant propagation when it gives a smaller arena + "
+        "constants); links: outputs written over a dying argument by a measured kernel / "
+        "`cat` inputs made in their slices. ExecuTorch best: the configuration of "
+        "`common.EXECUTORCH_CONFIGS` with the smallest arena among those that load and, where "
+        "they run, equal eager († marks one whose run fails in a kernel, as every "
+        "configuration's does on that model). Equals eager: tensorplan's `.pte` loaded by "
+        f"ExecuTorch's runtime, run on the example inputs. Run: median ms over {runs} calls of "
+        "`method.execute`, tensorplan's `.pte` and the best configuration's, interleaved.\n\n",
+        table(rows)])
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="also write the markdown table to this file")
+    parser.add_argument("--models", help="comma-separated zoo names (default: all)")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS,
+                        help=f"timed calls of each program (default {DEFAULT_RUNS})")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure the chosen models, print the table, write it to ``--out``; 0 on success."""
+    options = _arguments(argv)
+    if not common.executorch_installed():
+        common.emit("executorch is not installed: no `.pte` to measure.\n", options.out)
+        return 0
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(1)
+    names = options.models.split(",") if options.models else zoo.names()
+    rows = []
+    for name in names:
+        rows.append(measure(name, options.runs))
+        print(f"{name}: done", file=sys.stderr, flush=True)
+    common.emit(report(rows, options.runs), options.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

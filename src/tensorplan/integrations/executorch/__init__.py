@@ -1,0 +1,16 @@
+"""tensorplan's plan in ExecuTorch programs.
+
+- :func:`to_executorch` (``ship.py``): a ``.pte`` with tensorplan's node order, in-place reuse
+  over measured kernels (``kernels.py``), concatenation in place (``links.py``), folding and
+  planner, run by ExecuTorch's own runtime; :func:`lower` also returns its figures.
+- :func:`tensorplan_memory_planning` / :func:`tensorplan_algo` (``algo.py``): only tensorplan's
+  planner inside ExecuTorch's own ``MemoryPlanningPass``.
+
+``executorch`` is imported only when one of these is called; without it they raise
+:class:`~tensorplan.errors.TensorPlanError` saying how to install it.
+"""
+
+from tensorplan.integrations.executorch.algo import tensorplan_algo, tensorplan_memory_planning
+from tensorplan.integrations.executorch.ship import Shipped, lower, to_executorch
+
+__all__ = ["Shipped", "lower", "tensorplan_algo", "tensorplan_memory_planning", "to_executorch"]

@@ -1,0 +1,111 @@
+"""Folding that pays for itself, on an edge program (tensorplan's candidate folding).
+
+ExecuTorch's constant propagation folds every value computable from constants. That removes
+those values from the arena (a weight's transpose, computed at every call otherwise), but can
+grow the constants by more than the arena shrinks: a float mask is four times its boolean
+source, a relative-position bias many times its bucket table. :func:`choose_folds` folds a value
+only when the constants it adds are paid for by constants it makes dead or by arena bytes it
+takes off the plan's busiest step.
+
+Greedy, in graph order over the *frontier* (constant-computable values read by a runtime
+value): fold the frontier value with every constant-computable value it depends on when the
+growth of the program's constant bytes is at most the bytes those values hold at the peak
+(``at_peak``, from a plan without folding; credit once used is spent). A folded value becomes a
+constant placeholder when something not folded reads it; a parameter or computed constant all of
+whose readers are folded is dropped. Worked example: ``w`` read only by ``permute_copy(w)``
+folds (``w``, 64 KB, is replaced by its transpose, 64 KB); a tied embedding table also read by
+``embedding`` folds its transpose (a second copy) only when that transpose sits at the peak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+
+def _bytes(value: Any) -> int:
+    return sum(leaf.numel() * leaf.element_size() for leaf in pytree.tree_leaves(value)
+               if isinstance(leaf, torch.Tensor))
+
+
+def _constant_bytes(known: Mapping[torch.fx.Node, Any], folded: set[torch.fx.Node]) -> int:
+    """Constant bytes of the program when the placeholders and ``folded`` values are in the
+    table: each one with a reader outside that set is kept."""
+    kept = [n for n in known if n.op == "placeholder" or n in folded]
+    inside = set(kept)
+    return sum(_bytes(known[n]) for n in kept if any(u not in inside for u in n.users))
+
+
+def _cone(node: torch.fx.Node, known: Mapping[torch.fx.Node, Any]) -> set[torch.fx.Node]:
+    """``node`` and every computed (non-placeholder) constant value it depends on."""
+    found, stack = set(), [node]
+    while stack:
+        current = stack.pop()
+        if current in found or current.op == "placeholder" or current not in known:
+            continue
+        found.add(current)
+        stack += current.all_input_nodes
+    return found
+
+
+def frontier(known: Mapping[torch.fx.Node, Any]) -> list[torch.fx.Node]:
+    """The computed constant values a runtime value reads: what constant propagation turns
+    into constants (``known`` as in :func:`choose_folds`)."""
+    return [n for n in known if n.op != "placeholder" and any(u not in known for u in n.users)]
+
+
+def choose_folds(known: Mapping[torch.fx.Node, Any],
+                 at_peak: Mapping[str, int] | None = None) -> set[torch.fx.Node]:
+    """The computed constant values to fold (see the module docstring); ``known`` maps every
+    constant placeholder and constant-computable node to its value, in graph order;
+    ``at_peak`` maps node names to the arena bytes they hold at the plan's busiest step."""
+    credit = dict(at_peak or {})
+    folded: set[torch.fx.Node] = set()
+    current = _constant_bytes(known, folded)
+    for node in frontier(known):
+        cone = _cone(node, known)
+        trial = folded | cone
+        size = _constant_bytes(known, trial)
+        if size - current <= sum(credit.get(n.name, 0) for n in cone):
+            folded, current = trial, size
+            for n in cone:
+                credit.pop(n.name, None)
+    return folded
+
+
+def foldable_values(exported_program: Any) -> dict[torch.fx.Node, Any]:
+    """Every constant placeholder and constant-computable node with its value (ExecuTorch's
+    own propagation, its default skip list: the values its constant propagation would fold)."""
+    from executorch.exir.passes.constant_prop_pass import get_propagated_const_tensor_dict
+
+    return dict(get_propagated_const_tensor_dict(exported_program, None))
+
+
+def apply_folds(exported_program: Any, names: set[str]) -> int:
+    """Fold, in place, the constant-computable values named ``names``; return how many.
+
+    The rewrite is ExecuTorch's own (its constant placeholders and input specs), given the
+    chosen values instead of all of them.
+    """
+    from executorch.exir.passes.constant_prop_pass import (
+        _update_output_node_and_specs,
+        create_constant_nodes_and_return_specs,
+    )
+
+    known = foldable_values(exported_program)
+    folded = {n for n in known if n.op != "placeholder" and n.name in names}
+    if not folded:
+        return 0
+    table = {n: v for n, v in known.items() if n.op == "placeholder" or n in folded}
+    specs = {s.arg.name: s for s in exported_program.graph_signature.input_specs}
+    specs.update(create_constant_nodes_and_return_specs(table, exported_program))
+    exported_program.graph_signature.input_specs = [
+        specs[n.name] for n in exported_program.graph.find_nodes(op="placeholder")]
+    _update_output_node_and_specs(exported_program, _skip_dim_order=True)
+    exported_program.graph.eliminate_dead_code()
+    exported_program.graph_module.recompile()
+    return len(folded)

@@ -1,0 +1,67 @@
+"""Which ExecuTorch kernels give eager's values when their ``out`` sits on an input's bytes.
+
+In-place reuse in a ``.pte`` means an out-variant kernel writes its result over an argument that
+dies there. Nothing in ExecuTorch promises which kernels tolerate that (its ``addmm`` and ``mm``
+give wrong values; its ``constant_pad_nd`` refuses), so tensorplan only does it where it was
+measured: each entry below was lowered with the overlap made, run in ExecuTorch's runtime (the
+pip wheel's portable kernels) on odd sizes, and compared with eager PyTorch by
+``tests/test_executorch_kernels.py``, which runs every entry again on each test run.
+
+``OVERLAP_SAFE[version][op]`` names the arguments of the out-variant ``op`` (schema name and
+overload, e.g. ``"aten::add.out"``) whose bytes ``out`` may take over; an op not listed never
+reuses. ``BYTE_COPIES[version]`` lists the ops whose ``out`` is a byte copy of an argument (a
+reshape): ``out`` may start on those bytes whatever the shapes. ``CAT_IN_SLICES[version]`` says
+whether ``cat.out`` may be given inputs made in the slices of its output that they are copied
+to. A runtime version not listed gets neither.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Mapping
+
+# out-variant ops measured with ExecuTorch 1.5.1's portable kernels, by overwritable argument
+_PORTABLE_1_5_1: Mapping[str, frozenset[str]] = {
+    **{f"aten::{name}.out": frozenset({"self"}) for name in (
+        "abs", "ceil", "cos", "exp", "floor", "gelu", "hardtanh", "log", "neg", "reciprocal",
+        "relu", "round", "rsqrt", "sigmoid", "sin", "sqrt", "tanh", "clamp", "leaky_relu",
+        "elu", "erf", "_softmax", "_log_softmax")},
+    "aten::pow.Tensor_Scalar_out": frozenset({"self"}),
+    **{f"aten::{name}.out": frozenset({"self", "other"}) for name in (
+        "add", "sub", "mul", "div", "maximum", "minimum")},
+    "aten::pow.Tensor_Tensor_out": frozenset({"self", "exponent"}),
+    "aten::where.self_out": frozenset({"self", "other"}),
+    "aten::native_layer_norm.out": frozenset({"input"}),
+    "aten::_native_batch_norm_legit_no_training.out": frozenset({"input"}),
+}
+
+# out-variant ops whose out is a copy of the argument's bytes in the same order (a reshape), so
+# out may start on that argument's bytes whatever its shape; measured like the table above
+_BYTE_COPIES_1_5_1: Mapping[str, frozenset[str]] = {
+    "aten::view_copy.out": frozenset({"self"}),
+    "aten::alias_copy.out": frozenset({"self"}),
+}
+
+OVERLAP_SAFE: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _PORTABLE_1_5_1}
+BYTE_COPIES: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _BYTE_COPIES_1_5_1}
+CAT_IN_SLICES: Mapping[str, bool] = {"1.5.1": True}
+
+
+def installed_version() -> str:
+    """The installed ``executorch`` package's version, e.g. ``"1.5.1"``."""
+    return importlib.metadata.version("executorch")
+
+
+def overlap_safe(version: str | None = None) -> Mapping[str, frozenset[str]]:
+    """The measured table for ``version`` (default: the installed runtime); empty if unmeasured."""
+    return OVERLAP_SAFE.get(installed_version() if version is None else version, {})
+
+
+def byte_copies(version: str | None = None) -> Mapping[str, frozenset[str]]:
+    """The measured byte-copy ops for ``version`` (default: installed); empty if unmeasured."""
+    return BYTE_COPIES.get(installed_version() if version is None else version, {})
+
+
+def cat_in_slices(version: str | None = None) -> bool:
+    """Whether ``cat.out`` was measured to allow inputs made in its output's slices."""
+    return CAT_IN_SLICES.get(installed_version() if version is None else version, False)

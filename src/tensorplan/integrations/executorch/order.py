@@ -1,0 +1,206 @@
+"""Node orders for an ExecuTorch out-variant graph: the candidates the planning pass tries.
+
+A *unit* is one node that runs (an op, a view, a ``getitem``, a delegate or control-flow call)
+together with the ``memory.alloc`` nodes of its ``out`` arguments, which ExecuTorch places right
+before it; ``get_attr`` nodes go right before their first user. Every order keeps the
+placeholders first and the output last, runs a unit after the units it reads, and keeps the
+units that touch a mutated storage (an argument written in place, or anything a delegate or a
+control-flow call is given) in their original relative order, so reads before a write stay
+before it.
+
+- ``exported``: the order ExecuTorch produced;
+- ``memory-greedy``: list scheduling that next runs the ready unit adding the fewest live bytes
+  (bytes it allocates minus the bytes of storages it is the last reader of), ties broken by
+  original position;
+- ``depth-first``: a post-order walk from the outputs, each unit right after what it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch.fx
+
+from .links import StorageGroups, mutable_buffer_specs, spec_references
+
+Order = list[torch.fx.Node]  # every node of the graph, in run order
+
+
+def _is_kind(node: torch.fx.Node, *names: str) -> bool:
+    from executorch.exir import memory
+
+    return node.op == "call_function" and any(node.target is getattr(memory, n) for n in names)
+
+
+def _units(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    return [n for n in graph.nodes if n.op not in ("placeholder", "output", "get_attr")
+            and not _is_kind(n, "alloc")]
+
+
+def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The Node arguments a unit may write (not counting its fresh ``out`` allocations)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return [] if _is_kind(node, "view") or node.target.__name__ == "getitem" \
+            else list(node.all_input_nodes)
+    from executorch.exir.operator.convert import get_out_args_from_opoverload, is_out_variant
+
+    outs = set(get_out_args_from_opoverload(node.target)) \
+        if is_out_variant(schema.name, schema.overload_name) else set()
+    named = dict(zip((a.name for a in schema.arguments), node.args, strict=False))
+    named.update(node.kwargs)
+    return [named[a.name] for a in schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write and a.name not in outs
+            and isinstance(named.get(a.name), torch.fx.Node)]
+
+
+def _specs_of(node: torch.fx.Node) -> list[Any]:
+    """The TensorSpecs a node holds (an alloc of a list of outputs holds several)."""
+    value = node.meta.get("spec")
+    return [s for s in (value if isinstance(value, (list, tuple)) else [value])
+            if hasattr(s, "allocated_memory")]
+
+
+def _root(node: torch.fx.Node) -> torch.fx.Node:
+    while _is_kind(node, "view"):
+        node = node.args[0]
+    return node
+
+
+def _dependencies(graph: torch.fx.Graph, units: Sequence[torch.fx.Node]
+                  ) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """Unit -> the units that must run before it (data, then mutation order)."""
+    unit_set = set(units)
+    before: dict[torch.fx.Node, list[torch.fx.Node]] = {
+        u: [a for a in u.all_input_nodes if a in unit_set] for u in units}
+    mutated = {_root(w) for u in units for w in _written(u)}
+    touching: dict[torch.fx.Node, list[torch.fx.Node]] = {root: [] for root in mutated}
+    for u in units:
+        for root in {_root(a) for a in u.all_input_nodes} & mutated:
+            touching[root].append(u)
+    for chain in touching.values():
+        for first, second in zip(chain, chain[1:], strict=False):
+            before[second].append(first)
+    return before
+
+
+def _expand(graph: torch.fx.Graph, units: Sequence[torch.fx.Node]) -> Order:
+    """The full node list: placeholders, each unit with its get_attrs and allocs, output."""
+    order = list(graph.find_nodes(op="placeholder"))
+    placed = set(order)
+    for unit in units:
+        for arg in unit.all_input_nodes:
+            if arg not in placed and (arg.op == "get_attr" or _is_kind(arg, "alloc")):
+                order.append(arg)
+                placed.add(arg)
+        order.append(unit)
+        placed.add(unit)
+    order += [n for n in graph.nodes if n not in placed and n.op != "output"]
+    order.append(graph.output_node())
+    return order
+
+
+def _memory_greedy(graph: torch.fx.Graph, graph_signature: Any, planned: frozenset[int],
+                   units: Sequence[torch.fx.Node],
+                   before: dict[torch.fx.Node, list[torch.fx.Node]]) -> list[torch.fx.Node]:
+    nodes = list(graph.nodes)
+    refs = spec_references(graph, graph_signature)
+    forever_specs = mutable_buffer_specs(graph, graph_signature)
+    groups = StorageGroups(graph, refs, forever_specs)
+    owner: dict[torch.fx.Node, torch.fx.Node | None] = {
+        n: None if n.op == "placeholder" else n for n in nodes}
+    for unit in units:
+        for arg in unit.all_input_nodes:
+            if arg.op == "get_attr" or _is_kind(arg, "alloc"):
+                owner[arg] = unit
+    readers: dict[int, set[torch.fx.Node]] = {}
+    for node, specs in zip(nodes, refs, strict=True):
+        for spec in specs:
+            readers.setdefault(groups.find(spec), set())
+            if owner[node] is not None:
+                readers[groups.find(spec)].add(owner[node])
+    forever = {groups.find(groups.spec[k]) for k in forever_specs if k in groups.spec}
+    size = {g: groups.spec[g].allocated_memory if g in planned else 0 for g in readers}
+    started = {u: sum(size.get(groups.find(spec), 0)
+                      for a in u.all_input_nodes if _is_kind(a, "alloc")
+                      for spec in _specs_of(a)) for u in units}
+    touched: dict[torch.fx.Node, list[int]] = {u: [] for u in units}
+    for g, rs in readers.items():
+        for r in rs:
+            if r in touched and g not in forever:
+                touched[r].append(g)
+    remaining = {g: len(rs) for g, rs in readers.items()}
+    position = {u: i for i, u in enumerate(units)}
+    waiting = {u: len(set(before[u])) for u in units}
+    after: dict[torch.fx.Node, set[torch.fx.Node]] = {u: set() for u in units}
+    for unit in units:
+        for b in set(before[unit]):
+            after[b].add(unit)
+
+    def cost(u: torch.fx.Node) -> tuple[int, int]:
+        freed = sum(size[g] for g in touched[u] if remaining[g] == 1)
+        return started[u] - freed, position[u]
+
+    ready = [u for u in units if waiting[u] == 0]
+    order: list[torch.fx.Node] = []
+    while ready:
+        unit = min(ready, key=cost)
+        ready.remove(unit)
+        order.append(unit)
+        for g in touched[unit]:
+            remaining[g] -= 1
+        for nxt in after[unit]:
+            waiting[nxt] -= 1
+            if waiting[nxt] == 0:
+                ready.append(nxt)
+    return order
+
+
+def _depth_first(units: Sequence[torch.fx.Node],
+                 before: dict[torch.fx.Node, list[torch.fx.Node]],
+                 output: torch.fx.Node) -> list[torch.fx.Node]:
+    order: list[torch.fx.Node] = []
+    seen: set[torch.fx.Node] = set()
+    unit_set = set(units)
+    roots = [a for a in output.all_input_nodes if a in unit_set] + list(units)
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in seen:
+                continue
+            if expanded:
+                seen.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack += [(b, False) for b in reversed(before[node]) if b not in seen]
+    return order
+
+
+def candidate_orders(graph: torch.fx.Graph, graph_signature: Any,
+                     planned: frozenset[int]) -> dict[str, Order]:
+    """The orders to try, by name (``exported`` first); each lists every node of ``graph``.
+
+    ``planned`` holds the id() of the specs the arena holds; only their bytes are counted.
+    """
+    units = _units(graph)
+    before = _dependencies(graph, units)
+    return {
+        "exported": list(graph.nodes),
+        "memory-greedy": _expand(
+            graph, _memory_greedy(graph, graph_signature, planned, units, before)),
+        "depth-first": _expand(graph, _depth_first(units, before, graph.output_node())),
+    }
+
+
+def apply_order(graph_module: torch.fx.GraphModule, order: Order) -> None:
+    """Rearrange the graph's nodes into ``order`` (a permutation of them) and recompile."""
+    output = graph_module.graph.output_node()
+    for node in order:
+        if node is not output and node.op != "placeholder":
+            output.prepend(node)
+    graph_module.graph.lint()
+    graph_module.recompile()
+

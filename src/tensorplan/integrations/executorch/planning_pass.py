@@ -1,0 +1,318 @@
+"""ExecuTorch's memory planning pass, with tensorplan's order, reuse and planner.
+
+:class:`TensorplanPlanningPass` replaces ``ExecutorchBackendConfig.memory_planning_pass``. It runs
+where ExecuTorch's own pass runs (last, on the out-variant graph, before the emitter) and, for
+each method's graph:
+
+1. tries the node orders of :mod:`.order`; for each it finds the links of :mod:`.links`
+   (in-place reuse over measured kernels, inputs of a ``cat`` made in their slices) and plans the
+   graph's specs with tensorplan's greedy, keeping the order with the smallest arena (the
+   exported order on a tie);
+2. rearranges the graph into that order (the emitter writes the instructions in graph order),
+   writes the links onto the specs (``storage_base``), makes the same links inside control-flow
+   subgraphs, and plans every graph with the requested ``algorithm`` through ExecuTorch's
+   ``apply_algo`` (subgraphs first, their arenas reserved at the front of their parent's);
+3. verifies the result twice: with tensorplan's independent checker (no two live storages share
+   bytes, offsets aligned, each linked spec inside its base) and with ExecuTorch's own storage
+   verifier, and records a :class:`GraphPlan` per method in ``plans``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch.fx
+from executorch.exir.memory_planning import (
+    Verifier,
+    apply_algo,
+    collect_specs_from_nodes,
+    update_all_tensors_lifetime,
+)
+from executorch.exir.pass_base import PassResult
+from executorch.exir.passes import MemoryPlanningPass
+from executorch.exir.passes.memory_planning_pass import (
+    _check_default_mem_ids,
+    _insert_mutable_buffer_specs,
+)
+
+from tensorplan.errors import PlanError
+from tensorplan.planners import Buffer, plan_buffers
+from tensorplan.planners.problem import lower_bound
+from tensorplan.validate import find_violations, plan_error
+
+from . import kernels
+from .algo import tensorplan_memory_planning
+from .links import Link, LinkRules, apply_links, find_links
+from .order import apply_order, candidate_orders
+
+
+@dataclass(frozen=True)
+class PassOptions:
+    """What the pass may do (``to_executorch``'s keyword arguments)."""
+
+    reuse: bool = True  # in-place reuse and concatenation in place
+    reorder: bool = True  # try other node orders
+    algorithm: str = "auto"  # tensorplan planner for the final plan
+    overlap_safe: Mapping[str, frozenset[str]] | None = None  # None: kernels.overlap_safe()
+    concat: bool | None = None  # None: kernels.cat_in_slices()
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """The plan of one method's graph, as written into the program."""
+
+    arena_bytes: int  # planned bytes of the method (every arena but constants)
+    lower_bound_bytes: int  # no plan of this graph's order and links needs fewer
+    order: str  # the node order kept ("exported", "memory-greedy", "depth-first")
+    in_place: int  # outputs written over a dying argument
+    concat: int  # cat inputs made in their slices of the output
+    steps: tuple[tuple[str, int], ...]  # (technique added, arena with tensorplan's greedy)
+    peak_values: tuple[tuple[str, int], ...]  # (node, bytes) of the storages live at the
+    #                                           busiest step, largest first
+
+
+@dataclass(frozen=True)
+class _Trial:
+    order: str
+    nodes: list[torch.fx.Node]
+    links: list[Link]
+    arena: int
+    bound: int
+
+
+class TensorplanPlanningPass(MemoryPlanningPass):
+    """ExecuTorch's ``MemoryPlanningPass`` with tensorplan's order, links and planner.
+
+    Accepts the same allocation options as ExecuTorch's pass (graph inputs, outputs and
+    mutable buffers planned or not, alignment, shared mutable buffers across methods).
+    """
+
+    def __init__(self, options: PassOptions = PassOptions(), **executorch_options: Any) -> None:
+        super().__init__(memory_planning_algo=tensorplan_memory_planning(options.algorithm),
+                         **executorch_options)
+        self.options = options
+        self.plans: list[GraphPlan] = []
+
+    def run(self, graph_module: torch.fx.GraphModule,
+            graph_signature: Any = None) -> PassResult:
+        """Order, link, plan and verify one method's graph (see the module docstring)."""
+        self._set_alloc_node_spec(graph_module)
+        original = _storage_bases(graph_module)
+        trials = self._trials(graph_module, graph_signature, original)
+        best = min(trials[2:] + trials[:2], key=lambda trial: trial.arena)
+        apply_order(graph_module, best.nodes)
+        _restore(original)
+        apply_links(best.links)
+        sub_links = self._subgraph_links(graph_module, graph_signature)
+        _reset_lifetimes(graph_module)
+        bufsizes = apply_algo(
+            self.memory_planning_algo, graph_module, self.alignment, graph_signature,
+            self.alloc_graph_input, self.alloc_graph_output,
+            self.alloc_mutable_buffers and not self.share_mutable_buffers,
+            self.enable_non_cpu_memory_planning)
+        if self.share_mutable_buffers and graph_signature is not None:
+            self.state.graph_modules.append(graph_module)
+            _check_default_mem_ids(graph_module)
+            _insert_mutable_buffer_specs(self.state, graph_module, graph_signature)
+        self._verify(graph_module, graph_signature, bufsizes)
+        prefix = sum(getattr(graph_module, "input_mem_buffer_sizes", None) or [])
+        names = list(_STEP_NAMES) + [f"order: {t.order}" for t in trials[3:]]
+        steps = tuple((name, t.arena + prefix) for name, t in zip(names, trials, strict=True))
+        self.plans.append(GraphPlan(
+            arena_bytes=sum(bufsizes[1:]), lower_bound_bytes=prefix + best.bound,
+            order=best.order, in_place=sum(link.kind == "in-place" for link in best.links)
+            + sum(link.kind == "in-place" for link in sub_links),
+            concat=sum(link.kind == "concat" for link in best.links + sub_links), steps=steps,
+            peak_values=_peak_values(graph_module, graph_signature)))
+        return PassResult(graph_module, True)
+
+    def _rules(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
+               inputs: bool, alloc_inputs: bool, kinds: tuple[str, ...]) -> LinkRules:
+        options = self.options
+        table = kernels.overlap_safe() if options.overlap_safe is None else options.overlap_safe
+        concat = kernels.cat_in_slices() if options.concat is None else options.concat
+        in_place = options.reuse and "in-place" in kinds
+        return LinkRules(
+            overlap_safe=table if in_place else {},
+            byte_copies=kernels.byte_copies() if in_place else {},
+            concat=concat and options.reuse and "concat" in kinds,
+            alignment=self.alignment,
+            planned=frozenset(id(s) for s in _planned_specs(
+                graph_module, graph_signature, alloc_inputs, True, self.alloc_mutable_buffers)),
+            inputs=inputs)
+
+    def _trials(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
+                original: dict[Any, tuple[Any, int]]) -> list[_Trial]:
+        """Arena of: the exported order without links, with in-place links, with all links,
+        then each other candidate order with all links (tensorplan's greedy each time)."""
+        planned = frozenset(id(s) for s in _planned_specs(
+            graph_module, graph_signature, self.alloc_graph_input, self.alloc_graph_output,
+            self.alloc_mutable_buffers) if not s.const)
+        orders = candidate_orders(graph_module.graph, graph_signature, planned) \
+            if self.options.reorder else {"exported": list(graph_module.graph.nodes)}
+        trials = []
+        exported = orders.pop("exported")
+        for kinds in ((), ("in-place",), ("in-place", "concat")):
+            trials.append(self._trial(graph_module, graph_signature, original,
+                                      "exported", exported, kinds))
+        for name, nodes in orders.items():
+            trials.append(self._trial(graph_module, graph_signature, original, name, nodes,
+                                      ("in-place", "concat")))
+        apply_order(graph_module, exported)
+        _restore(original)
+        return trials
+
+    def _trial(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
+               original: dict[Any, tuple[Any, int]], name: str, nodes: list[torch.fx.Node],
+               kinds: tuple[str, ...]) -> _Trial:
+        apply_order(graph_module, nodes)
+        _restore(original)
+        rules = self._rules(graph_module, graph_signature, True, self.alloc_graph_input, kinds)
+        links = find_links(graph_module.graph, graph_signature, rules)
+        apply_links(links)
+        _reset_lifetimes(graph_module)
+        update_all_tensors_lifetime(graph_module, graph_signature)
+        specs = [s for s in _planned_specs(graph_module, graph_signature, self.alloc_graph_input,
+                                           self.alloc_graph_output, self.alloc_mutable_buffers)
+                 if s.storage_base is None]
+        for spec in specs:
+            spec.realign(self.alignment)
+        buffers = [Buffer(s.allocated_memory, s.lifetime[0], s.lifetime[1] + 1) for s in specs]
+        placement = plan_buffers(buffers, algorithm="greedy", alignment=self.alignment)
+        return _Trial(name, nodes, links, placement.peak,
+                      lower_bound(buffers, self.alignment))
+
+    def _subgraph_links(self, graph_module: torch.fx.GraphModule,
+                        graph_signature: Any) -> list[Link]:
+        """Make the links inside every control-flow subgraph (never over its inputs)."""
+        made: list[Link] = []
+        for module in graph_module.modules():
+            if module is graph_module or not isinstance(module, torch.fx.GraphModule):
+                continue
+            rules = self._rules(module, graph_signature, False, True, ("in-place", "concat"))
+            links = find_links(module.graph, graph_signature, rules)
+            apply_links(links)
+            made += links
+        return made
+
+    def _verify(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
+                bufsizes: list[int]) -> None:
+        """tensorplan's checker and ExecuTorch's storage verifier on every graph; PlanError
+        (ours) or ExecuTorch's InternalError (theirs) on a bad plan."""
+        for module in graph_module.modules():
+            if not isinstance(module, torch.fx.GraphModule):
+                continue
+            top = module is graph_module
+            specs = [s for s in _planned_specs(module, graph_signature, True, True,
+                                               self.alloc_mutable_buffers)
+                     if s.mem_offset is not None]
+            _check_specs(specs, self.alignment, bufsizes if top else None, module)
+            verifier = Verifier(module, self.alloc_graph_input and top, True,
+                                self.alloc_mutable_buffers, graph_signature)
+            verifier.verify_storage_reuse()
+            if top:
+                verifier.verify_graph_input_output()
+
+
+_STEP_NAMES = ("tensorplan planner", "in-place reuse", "concatenation in place")
+
+
+def _peak_values(graph_module: torch.fx.GraphModule,
+                 graph_signature: Any) -> tuple[tuple[str, int], ...]:
+    """(node, bytes) of the planned storages live at the step where the most bytes are, named
+    by the node whose output (or placeholder) the storage is, largest first."""
+    roots = [s for s in _planned_specs(graph_module, graph_signature, True, True, True)
+             if s.storage_base is None and s.mem_offset is not None]
+    if not roots:
+        return ()
+    steps = max(s.lifetime[1] for s in roots) + 1
+    load = [0] * steps
+    for spec in roots:
+        for step in range(spec.lifetime[0], spec.lifetime[1] + 1):
+            load[step] += spec.allocated_memory
+    busiest = max(range(steps), key=load.__getitem__)
+    names = _producers(graph_module)
+    live = [(names.get(id(s), "?"), s.allocated_memory) for s in roots
+            if s.lifetime[0] <= busiest <= s.lifetime[1]]
+    return tuple(sorted(live, key=lambda item: -item[1]))
+
+
+def _producers(graph_module: torch.fx.GraphModule) -> dict[int, str]:
+    """id() of each spec -> the node that makes it (an op's out allocation, a placeholder)."""
+    names: dict[int, str] = {}
+    for node in graph_module.graph.nodes:
+        if node.op == "placeholder":
+            names[id(node.meta.get("spec"))] = node.name
+        for arg in node.kwargs.values():
+            if isinstance(arg, torch.fx.Node) and arg.name.startswith("alloc"):
+                value = arg.meta.get("spec")
+                for spec in value if isinstance(value, (list, tuple)) else [value]:
+                    names.setdefault(id(spec), node.name)
+    return names
+
+
+def _planned_specs(graph_module: torch.fx.GraphModule, graph_signature: Any,
+                   alloc_inputs: bool, alloc_outputs: bool, alloc_mutable: bool) -> list[Any]:
+    """The specs ExecuTorch's ``apply_algo`` hands the planner for this graph, in its order."""
+    return list(collect_specs_from_nodes(
+        graph_module.graph.nodes, graph_signature, do_assertion=False,
+        ignore_graph_input=not alloc_inputs, ignore_graph_output=not alloc_outputs,
+        ignore_mutable_buffers=not alloc_mutable))
+
+
+def _all_specs(graph_module: torch.fx.GraphModule) -> list[Any]:
+    specs: dict[int, Any] = {}
+    for node in graph_module.graph.nodes:
+        value = node.meta.get("spec")
+        for spec in value if isinstance(value, (list, tuple)) else [value]:
+            if hasattr(spec, "lifetime"):
+                specs[id(spec)] = spec
+    return list(specs.values())
+
+
+def _storage_bases(graph_module: torch.fx.GraphModule) -> dict[Any, tuple[Any, int]]:
+    """The links ExecuTorch itself made (``storage_base`` set before this pass), per spec."""
+    return {spec: (spec.storage_base, spec.storage_base_offset)
+            for spec in _all_specs(graph_module)}
+
+
+def _restore(original: dict[Any, tuple[Any, int]]) -> None:
+    for spec, (base, offset) in original.items():
+        spec.storage_base, spec.storage_base_offset = base, offset
+
+
+def _reset_lifetimes(graph_module: torch.fx.GraphModule) -> None:
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for spec in _all_specs(module):
+                spec.lifetime = [None, None]
+
+
+def _check_specs(specs: list[Any], alignment: int, bufsizes: list[int] | None,
+                 graph_module: torch.fx.GraphModule) -> None:
+    """tensorplan's own check of one graph's written plan."""
+    roots = [s for s in specs if s.storage_base is None]
+    for mem_id in {s.mem_id for s in roots}:
+        group = [s for s in roots if s.mem_id == mem_id]
+        violations = find_violations(
+            [s.allocated_memory for s in group], [s.lifetime[0] for s in group],
+            [s.lifetime[1] + 1 for s in group], [s.mem_offset for s in group], alignment,
+            None if bufsizes is None else bufsizes[mem_id],
+            names=[f"{s} (mem_id {mem_id})" for s in group])
+        if violations:
+            raise plan_error(violations, f"integrations.executorch ({graph_module._get_name()})")
+    for spec in specs:
+        base = spec.storage_base
+        if base is None:
+            continue
+        inside = (spec.mem_id == base.mem_id
+                  and spec.mem_offset == base.mem_offset + spec.storage_base_offset
+                  and spec.storage_base_offset + spec.allocated_memory <= base.allocated_memory)
+        if not inside:
+            raise PlanError(f"integrations.executorch: {spec} is linked into {base} at "
+                            f"{spec.storage_base_offset} but placed at mem_id {spec.mem_id} "
+                            f"offset {spec.mem_offset}; this is a tensorplan bug, please "
+                            "report it with the model")
+

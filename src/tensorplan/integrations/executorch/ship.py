@@ -1,0 +1,194 @@
+"""From a program to an ExecuTorch ``.pte`` that carries tensorplan's lowered plan.
+
+:func:`to_executorch` is ExecuTorch's own ``to_edge(...).to_executorch(config)`` with the
+products of transposed weights made ``linear`` (``rewrite.py``), the memory planning pass
+replaced by :class:`~.planning_pass.TensorplanPlanningPass` (tensorplan's node
+order, in-place reuse over measured kernels, concatenation in place, tensorplan's planner, both
+verifiers) and, with ``fold=True``, the folding that gives the smallest arena plus constants
+(the smaller arena on a tie): the program is lowered without folding, with tensorplan's folding
+(``fold.py``: only what the constants or the peak pay for) and with ExecuTorch's constant
+propagation, and the smallest total is kept, so folding never grows it. Every ExecuTorch step
+runs unwrapped: an op ExecuTorch cannot lower raises ExecuTorch's own error.
+
+:func:`lower` does the same and also returns what each choice gave (:class:`Shipped`), for the
+CLI and the benchmark.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tensorplan.errors import TensorPlanError
+
+from .algo import _memory_planning_module
+from .fold import apply_folds, choose_folds, foldable_values, frontier
+from .rewrite import linear_without_transposes
+
+
+@dataclass(frozen=True)
+class FoldChoice:
+    """One folding tried: the program's planned bytes and constant bytes with it."""
+
+    name: str  # "none", "tensorplan" (fold.choose_folds), "executorch const-prop"
+    arena_bytes: int
+    constant_bytes: int
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """A lowered program and what its plan is made of."""
+
+    manager: Any  # executorch.exir.ExecutorchProgramManager (.buffer is the .pte)
+    arena_bytes: int  # planned bytes over all methods (ExecuTorch's non-constant buffers)
+    constant_bytes: int  # bytes of the program's constant data
+    folding: str  # the FoldChoice kept
+    folds: tuple[FoldChoice, ...]  # every folding tried
+    methods: Mapping[str, Any]  # method name -> planning_pass.GraphPlan
+    linears: int  # products of a transposed copy made ``linear`` (rewrite.py)
+
+
+def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
+                  fold: bool = True, algorithm: str = "auto") -> Any:
+    """An ``ExecutorchProgramManager`` whose memory plan is tensorplan's.
+
+    ``program`` is a ``torch.export.ExportedProgram``, a ``tensorplan.Program`` (its exported
+    program), or an ``EdgeProgramManager`` (a user's ``to_edge`` or
+    ``to_edge_transform_and_lower`` result, delegated or not; it is not modified). ``config`` is
+    an ``ExecutorchBackendConfig`` (default: ExecuTorch's default); its memory planning pass's
+    allocation options (inputs, outputs, mutable buffers, alignment) are kept. ``reuse``: in-place
+    reuse over the kernels measured in ``kernels.py`` and ``cat`` inputs made in their slices;
+    ``reorder``: tensorplan's node order; ``fold``: constant propagation when it lowers arena +
+    constants; ``algorithm``: tensorplan's planner ("auto", "greedy", "optimal", "naive").
+    ``.buffer`` of the result is the ``.pte``. Raises ``TensorPlanError`` when executorch is
+    not installed.
+    """
+    return lower(program, config, reuse=reuse, reorder=reorder, fold=fold,
+                 algorithm=algorithm).manager
+
+
+def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
+          fold: bool = True, algorithm: str = "auto",
+          kernels: Mapping[str, frozenset[str]] | None = None) -> Shipped:
+    """:func:`to_executorch`, returning the manager with its figures (see :class:`Shipped`).
+
+    ``kernels`` replaces the measured table of ``kernels.py`` (op key -> the arguments its
+    ``out`` may be placed on): for measuring another runtime's kernels, not for shipping.
+    """
+    _memory_planning_module()
+    from .planning_pass import PassOptions
+
+    edge = copy.deepcopy(_edge_program(program))
+    with torch.no_grad():
+        linears = sum(linear_without_transposes(edge.exported_program(m)) for m in edge.methods)
+    options = PassOptions(reuse=reuse, reorder=reorder, algorithm=algorithm,
+                          overlap_safe=kernels)
+    base = _base_config(config)
+    if not fold:
+        results = [_lowered("as configured", edge, base, options, {},
+                            base.do_quant_fusion_and_const_prop)]
+    else:
+        results = [_lowered("none", edge, base, options, {}, False)]
+        with torch.no_grad():
+            known = {m: foldable_values(edge.exported_program(m)) for m in edge.methods}
+        ours = {m: {n.name for n in choose_folds(known[m], dict(results[0][2][m].peak_values))}
+                for m in edge.methods}
+        everything = {m: {n.name for n in frontier(known[m])} for m in edge.methods}
+        if any(ours.values()) and any(not e <= ours[m] for m, e in everything.items()):
+            results.append(_lowered(OURS, edge, base, options, ours, False))
+        if any(everything.values()):
+            results.append(_lowered("executorch const-prop", edge, base, options, {}, True))
+    choice, manager, plans = min(
+        results, key=lambda r: (r[0].arena_bytes + r[0].constant_bytes, r[0].arena_bytes))
+    return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
+                   tuple(r[0] for r in results), plans, linears)
+
+
+OURS = "tensorplan"  # the FoldChoice name of fold.choose_folds' folding
+
+
+def _lowered(name: str, edge: Any, config: Any, options: Any, folds: Mapping[str, set[str]],
+             const_prop: bool) -> tuple[FoldChoice, Any, dict[str, Any]]:
+    """A copy of ``edge`` with ``folds`` (method -> value names) folded, lowered with
+    tensorplan's pass; its FoldChoice, manager and per-method plans."""
+    passes = _planning_passes(config, edge, options)
+    candidate = copy.deepcopy(edge)
+    with torch.no_grad():
+        for method, names in folds.items():
+            apply_folds(candidate.exported_program(method), names)
+        manager = candidate.to_executorch(dataclasses.replace(
+            config, do_quant_fusion_and_const_prop=const_prop, memory_planning_pass=passes))
+    choice = FoldChoice(name, _arena_bytes(manager), _constant_bytes(manager))
+    return choice, manager, _method_plans(passes, edge)
+
+
+def _edge_program(program: Any) -> Any:
+    """An ``EdgeProgramManager`` for the program (``to_edge`` of an exported program)."""
+    from executorch.exir import EdgeProgramManager, to_edge
+
+    if isinstance(program, EdgeProgramManager):
+        return program
+    exported = getattr(program, "exported_program", program)
+    if not isinstance(exported, torch.export.ExportedProgram):
+        raise TensorPlanError(
+            f"integrations.executorch.to_executorch: expected an ExportedProgram, a "
+            f"tensorplan.Program or an EdgeProgramManager, got {type(program).__name__}; export "
+            "the model first (tensorplan.capture or torch.export.export)")
+    with torch.no_grad():
+        return to_edge(exported)
+
+
+def _base_config(config: Any) -> Any:
+    from executorch.exir import ExecutorchBackendConfig
+
+    if config is None:
+        return ExecutorchBackendConfig()
+    if not isinstance(config, ExecutorchBackendConfig):
+        raise TensorPlanError(
+            f"integrations.executorch.to_executorch: config must be an "
+            f"ExecutorchBackendConfig, got {type(config).__name__}")
+    return config
+
+
+_ALLOCATION_OPTIONS = ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers",
+                       "share_mutable_buffers", "alignment")
+
+
+def _planning_passes(config: Any, edge: Any, options: Any) -> Any:
+    """tensorplan's pass with the allocation options of the config's pass (one per method when
+    the config names a pass per method)."""
+    from .planning_pass import TensorplanPlanningPass
+
+    def replace(given: Any) -> Any:
+        kept = {name: getattr(given, name) for name in _ALLOCATION_OPTIONS
+                if hasattr(given, name)}
+        return TensorplanPlanningPass(options, **kept)
+
+    given = config.memory_planning_pass
+    if isinstance(given, dict):
+        return {name: replace(given.get(name)) for name in edge.methods}
+    return replace(given)
+
+
+def _method_plans(passes: Any, edge: Any) -> dict[str, Any]:
+    """Method name -> the GraphPlan its pass recorded (methods are planned in edge order)."""
+    if isinstance(passes, dict):
+        return {name: passes[name].plans[0] for name in edge.methods}
+    return dict(zip(edge.methods, passes.plans, strict=True))
+
+
+def _arena_bytes(manager: Any) -> int:
+    """Planned bytes of every method: each one's non-constant buffers past id 0."""
+    return sum(sum(plan.non_const_buffer_sizes[1:])
+               for plan in manager.executorch_program.execution_plan)
+
+
+def _constant_bytes(manager: Any) -> int:
+    """Bytes of the program's constant tensors (its constant buffer, as ExecuTorch 1.5.1 emits
+    them by default; padding included)."""
+    return sum(len(buffer.storage) for buffer in manager.executorch_program.constant_buffer)

@@ -18,6 +18,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -25,6 +26,7 @@ from rich.table import Table
 from tensorplan import zoo
 from tensorplan.arena_budget import check_arena, parse_bytes
 from tensorplan.bench import BenchRow, bench_target, check_algorithms
+from tensorplan.capture import capture
 from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import InternalError, TensorPlanError
 from tensorplan.internal import stage, versions
@@ -42,10 +44,18 @@ from tensorplan.report import (
 from tensorplan.report.compare import compare
 from tensorplan.report.diff import diff_plans, diff_report, read_plan_file
 from tensorplan.report.html import placement_plan, write_html, write_page
+from tensorplan.report.pte import pte_tables
 from tensorplan.report.timeline import plot_plan
 from tensorplan.runtime.lower import explain
 from tensorplan.schedule import ScheduleOptions
-from tensorplan.targets import FORMS, CompileOptions, load_example, load_target, target_name
+from tensorplan.targets import (
+    FORMS,
+    CompileOptions,
+    load_example,
+    load_exported,
+    load_target,
+    target_name,
+)
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
 EXIT_INTERNAL = 3  # exit code for an InternalError: a bug in tensorplan
@@ -71,6 +81,7 @@ examples:
   tensorplan bench zoo:mlp benchmarks/dsa/resnet50.csv --algorithms greedy,auto
                                                   time and compare the planners
   tensorplan diff old.tplan new.tplan             what a model change cost in memory
+  tensorplan pte zoo:tiny_gpt -o tiny_gpt.pte     an ExecuTorch program with tensorplan's plan
 
 built-in models: {models}
 `tensorplan COMMAND --help` lists a command's options."""
@@ -318,6 +329,52 @@ def run_run(args: argparse.Namespace) -> int:
     return 1 if result.matches is False else 0
 
 
+def add_pte_command(commands: argparse._SubParsersAction) -> None:
+    """``tensorplan pte TARGET -o F``: an ExecuTorch program carrying tensorplan's plan."""
+    parser = _target_command(commands, "pte",
+                             "write an ExecuTorch .pte that carries tensorplan's plan")
+    parser.add_argument("-o", "--output", required=True, metavar="F.pte",
+                        help="where to write the program")
+    parser.add_argument("--algorithm", default="auto", choices=sorted(PLANNERS),
+                        help="planner (default auto)")
+    for switch, what in (("reuse", "in-place reuse and concatenation in place"),
+                         ("reorder", "tensorplan's node order"),
+                         ("fold", "choosing the folding of constants")):
+        parser.add_argument(f"--no-{switch}", dest=switch, action="store_false",
+                            help=f"lower without {what}")
+    parser.set_defaults(run=run_pte)
+
+
+def _exported(target: str) -> Any:
+    """The target's exported program (a model target is captured, a file is read)."""
+    example = load_example(target)
+    if example is None:
+        return load_exported(target)
+    return capture(example.model, example.args, example.kwargs,
+                   dynamic_shapes=example.dynamic_shapes)
+
+
+def run_pte(args: argparse.Namespace) -> int:
+    """Lower the target with ``to_executorch``, write the ``.pte``, print what it holds."""
+    from tensorplan.integrations.executorch import executorch_arena_bytes, lower
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = _exported(args.target)
+        shipped = lower(exported, reuse=args.reuse, reorder=args.reorder, fold=args.fold,
+                        algorithm=args.algorithm)
+        greedy = executorch_arena_bytes(exported)
+    _write(args.output, "program", lambda path: _write_bytes(path, shipped.manager.buffer))
+    console = Console() if sys.stdout.isatty() else Console(width=WIDE)
+    console.print(pte_tables(target_name(args.target), shipped, greedy))
+    return 0
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
 def add_bench_command(commands: argparse._SubParsersAction) -> None:
     """``tensorplan bench TARGET...``: plan each target with several algorithms and measure."""
     parser = commands.add_parser(
@@ -402,6 +459,7 @@ COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     add_dsa_command,
     add_bench_command,
     add_diff_command,
+    add_pte_command,
 )
 
 

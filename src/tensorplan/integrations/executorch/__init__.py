@@ -11,6 +11,12 @@
 """
 
 from tensorplan.integrations.executorch.algo import tensorplan_algo, tensorplan_memory_planning
-from tensorplan.integrations.executorch.ship import Shipped, lower, to_executorch
+from tensorplan.integrations.executorch.ship import (
+    Shipped,
+    executorch_arena_bytes,
+    lower,
+    to_executorch,
+)
 
-__all__ = ["Shipped", "lower", "tensorplan_algo", "tensorplan_memory_planning", "to_executorch"]
+__all__ = ["Shipped", "executorch_arena_bytes", "lower", "tensorplan_algo",
+           "tensorplan_memory_planning", "to_executorch"]

@@ -118,7 +118,8 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             _insert_mutable_buffer_specs(self.state, graph_module, graph_signature)
         self._verify(graph_module, graph_signature, bufsizes)
         prefix = sum(getattr(graph_module, "input_mem_buffer_sizes", None) or [])
-        names = list(_STEP_NAMES) + [f"order: {t.order}" for t in trials[3:]]
+        names = list(_STEP_NAMES) + [f"+ order {t.order} (links found again)"
+                                     for t in trials[3:]]
         steps = tuple((name, t.arena + prefix) for name, t in zip(names, trials, strict=True))
         self.plans.append(GraphPlan(
             arena_bytes=sum(bufsizes[1:]), lower_bound_bytes=prefix + best.bound,
@@ -216,7 +217,8 @@ class TensorplanPlanningPass(MemoryPlanningPass):
                 verifier.verify_graph_input_output()
 
 
-_STEP_NAMES = ("tensorplan planner", "in-place reuse", "concatenation in place")
+_STEP_NAMES = ("tensorplan planner (exported order, no links)", "+ in-place reuse",
+               "+ concatenation in place")
 
 
 def _peak_values(graph_module: torch.fx.GraphModule,

@@ -62,7 +62,8 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     ``to_edge_transform_and_lower`` result, delegated or not; it is not modified). ``config`` is
     an ``ExecutorchBackendConfig`` (default: ExecuTorch's default); its memory planning pass's
     allocation options (inputs, outputs, mutable buffers, alignment) are kept. ``reuse``: in-place
-    reuse over the kernels measured in ``kernels.py`` and ``cat`` inputs made in their slices;
+    reuse over the kernels measured in ``kernels.py``, ``cat`` inputs made in their slices, and
+    ExecuTorch's own re-inplace pass (``index_put`` into a KV cache, with its in-place kernel);
     ``reorder``: tensorplan's node order; ``fold``: constant propagation when it lowers arena +
     constants; ``algorithm``: tensorplan's planner ("auto", "greedy", "optimal", "naive").
     ``.buffer`` of the result is the ``.pte``. Raises ``TensorPlanError`` when executorch is
@@ -109,6 +110,14 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
                    tuple(r[0] for r in results), plans, linears)
 
 
+def executorch_arena_bytes(program: Any) -> int:
+    """The arena ExecuTorch's default lowering (``to_edge(...).to_executorch()``, its greedy
+    planner) gives the same program: the reference ``tensorplan pte`` prints."""
+    _memory_planning_module()
+    with torch.no_grad():
+        return _arena_bytes(copy.deepcopy(_edge_program(program)).to_executorch())
+
+
 OURS = "tensorplan"  # the FoldChoice name of fold.choose_folds' folding
 
 
@@ -122,7 +131,8 @@ def _lowered(name: str, edge: Any, config: Any, options: Any, folds: Mapping[str
         for method, names in folds.items():
             apply_folds(candidate.exported_program(method), names)
         manager = candidate.to_executorch(dataclasses.replace(
-            config, do_quant_fusion_and_const_prop=const_prop, memory_planning_pass=passes))
+            config, do_quant_fusion_and_const_prop=const_prop, memory_planning_pass=passes,
+            run_reinplace_pass=config.run_reinplace_pass or options.reuse))
     choice = FoldChoice(name, _arena_bytes(manager), _constant_bytes(manager))
     return choice, manager, _method_plans(passes, edge)
 

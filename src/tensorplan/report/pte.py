@@ -1,0 +1,52 @@
+"""Terminal tables (rich) of a ``.pte`` lowered by ``integrations.executorch.lower``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+from .text import bytes_text
+
+
+def _ratio(value: int, reference: int) -> str:
+    return f"{value / reference:.2f}x" if reference else "n/a"
+
+
+def pte_tables(name: str, shipped: Any, executorch_arena: int) -> Group:
+    """What the program holds (arena, lower bound, constants, ExecuTorch's default arena for
+    the same program), then per method what each technique gave and the foldings tried.
+
+    ``shipped`` is an ``integrations.executorch.Shipped``; ``executorch_arena`` the arena
+    ExecuTorch's default lowering plans for the same program.
+    """
+    summary = Table(title=f"{name}: ExecuTorch program with tensorplan's plan")
+    summary.add_column("")
+    summary.add_column("bytes", justify="right")
+    summary.add_column("vs ExecuTorch's greedy", justify="right")
+    summary.add_row("arena", bytes_text(shipped.arena_bytes),
+                    _ratio(shipped.arena_bytes, executorch_arena))
+    summary.add_row("lower bound", bytes_text(sum(p.lower_bound_bytes
+                                                  for p in shipped.methods.values())), "")
+    summary.add_row("constants", bytes_text(shipped.constant_bytes), "")
+    summary.add_row("ExecuTorch's greedy arena (default lowering)",
+                    bytes_text(executorch_arena), "1.00x")
+    steps = Table(title="what each technique gave (arena with tensorplan's greedy)")
+    for column in ("method", "technique", "arena"):
+        steps.add_column(column, justify="right" if column == "arena" else "left")
+    for method, plan in shipped.methods.items():
+        for technique, arena in plan.steps:
+            steps.add_row(method, technique, bytes_text(arena))
+        steps.add_row(method, f"kept: order {plan.order}, {plan.in_place} in-place, "
+                      f"{plan.concat} concat links, {shipped.linears} linear without "
+                      "transposes; final planner", bytes_text(plan.arena_bytes))
+    folds = Table(title="foldings tried (the smallest arena + constants is kept)")
+    for column in ("folding", "arena", "constants", "total", "kept"):
+        folds.add_column(column, justify="left" if column in ("folding", "kept") else "right")
+    for choice in shipped.folds:
+        folds.add_row(choice.name, bytes_text(choice.arena_bytes),
+                      bytes_text(choice.constant_bytes),
+                      bytes_text(choice.arena_bytes + choice.constant_bytes),
+                      "yes" if choice.name == shipped.folding else "")
+    return Group(summary, steps, folds)

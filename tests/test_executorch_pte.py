@@ -1,0 +1,291 @@
+"""``to_executorch``: the ``.pte`` with tensorplan's plan, loaded and run by ExecuTorch's runtime.
+
+Every program here is lowered by ``integrations.executorch.to_executorch`` (or ``lower``), loaded
+from its ``.pte`` bytes by ExecuTorch's own runtime, run, and compared with eager PyTorch; the
+written plan passes ExecuTorch's storage verifier when it is run again explicitly. Each zoo model
+is lowered once per test process (``_shipped``); the zoo-wide runs are marked slow.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("executorch")
+
+from executorch.exir import to_edge, to_edge_transform_and_lower  # noqa: E402
+from executorch.exir.memory_planning import Verifier  # noqa: E402
+from executorch.runtime import Runtime  # noqa: E402
+from torch.utils import _pytree as pytree  # noqa: E402
+
+import tensorplan as tp  # noqa: E402
+from tensorplan import zoo  # noqa: E402
+from tensorplan.errors import TensorPlanError  # noqa: E402
+from tensorplan.integrations.executorch import Shipped, lower, to_executorch  # noqa: E402
+
+
+def _execute(buffer: bytes, inputs: list[Any], method: str = "forward") -> list[torch.Tensor]:
+    """Run one method of a ``.pte`` in ExecuTorch's runtime; outputs copied out of its memory."""
+    program = Runtime.get().load_program(buffer)
+    return [o.clone() for o in program.load_method(method).execute(inputs)]
+
+
+def _eager(model: torch.nn.Module, args: tuple, kwargs: dict | None = None) -> list[Any]:
+    with torch.no_grad():
+        return pytree.tree_leaves(model(*args, **(kwargs or {})))
+
+
+def _verify_with_executorch(manager: Any, method: str = "forward") -> None:
+    """ExecuTorch's own storage verifier, run explicitly on the written plan."""
+    program = manager.exported_program(method)
+    for module in program.graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            top = module is program.graph_module
+            Verifier(module, top, True, True, program.graph_signature).verify_storage_reuse()
+
+
+def _export(example: zoo.Example) -> torch.export.ExportedProgram:
+    return torch.export.export(example.model, example.args, example.kwargs,
+                               dynamic_shapes=example.dynamic_shapes, strict=False)
+
+
+@functools.cache
+def _shipped(name: str) -> tuple[zoo.Example, Shipped]:
+    example = zoo.example(name)
+    return example, lower(_export(example))
+
+
+# --- the call ---------------------------------------------------------------------------------
+class Block(torch.nn.Module):
+    """Linear, GELU, a residual add, a concatenation, layer norm and softmax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 64)
+        self.norm = torch.nn.LayerNorm(64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.gelu(self.linear(x)) + x
+        h = torch.cat([h * 2, h.sin()], 0)
+        return self.norm(h).softmax(-1)
+
+
+def test_to_executorch_ships_a_pte_that_equals_eager(tmp_path) -> None:
+    model, x = Block().eval(), torch.randn(16, 64)
+    manager = to_executorch(torch.export.export(model, (x,)))
+    path = tmp_path / "block.pte"
+    manager.write_to_file(open(path, "wb"))
+    assert path.read_bytes() == manager.buffer
+    torch.testing.assert_close(_execute(manager.buffer, [x])[0], _eager(model, (x,))[0])
+    _verify_with_executorch(manager)
+
+
+def test_the_plan_is_smaller_than_executorchs_and_made_of_the_techniques() -> None:
+    model, x = Block().eval(), torch.randn(16, 64)
+    exported = torch.export.export(model, (x,))
+    shipped = lower(exported)
+    with torch.no_grad():
+        greedy = to_edge(exported).to_executorch()
+    greedy_arena = sum(greedy.executorch_program.execution_plan[0].non_const_buffer_sizes[1:])
+    plan = shipped.methods["forward"]
+    assert shipped.linears == 1  # the weight's transpose is never copied
+    assert plan.in_place >= 3 and plan.concat == 2
+    assert shipped.arena_bytes == plan.arena_bytes == plan.lower_bound_bytes == 12_288
+    assert greedy_arena == 24_832
+    off = lower(exported, reuse=False, reorder=False, fold=False)
+    assert off.arena_bytes > shipped.arena_bytes
+    assert off.methods["forward"].in_place == off.methods["forward"].concat == 0
+
+
+def test_accepts_a_tensorplan_program_and_an_edge_program_it_does_not_change() -> None:
+    model, x = Block().eval(), torch.randn(16, 64)
+    exported = torch.export.export(model, (x,))
+    from_program = lower(tp.compile(model, (x,)))
+    assert from_program.arena_bytes == lower(exported).arena_bytes
+    edge = to_edge(exported)
+    before = edge.exported_program().graph_module.code
+    manager = to_executorch(edge)
+    assert edge.exported_program().graph_module.code == before
+    torch.testing.assert_close(_execute(manager.buffer, [x])[0], _eager(model, (x,))[0])
+
+
+def test_rejects_what_is_not_a_program() -> None:
+    with pytest.raises(TensorPlanError, match="ExportedProgram"):
+        to_executorch(torch.nn.Linear(2, 2))
+    with pytest.raises(TensorPlanError, match="ExecutorchBackendConfig"):
+        to_executorch(torch.export.export(torch.nn.ReLU(), (torch.randn(2),)), config={})
+
+
+@torch.library.custom_op("tensorplan_test::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_twice.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class CustomOp(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.tensorplan_test.twice(x.sin())
+
+
+def test_an_op_executorch_cannot_lower_raises_executorchs_own_error() -> None:
+    exported = torch.export.export(CustomOp(), (torch.randn(4),))
+    with pytest.raises(Exception) as caught:
+        to_executorch(exported)
+    assert not isinstance(caught.value, TensorPlanError)
+    assert "twice" in str(caught.value)
+
+
+def test_without_executorch_the_call_says_how_to_install_it() -> None:
+    code = ("import sys; sys.modules['executorch'] = None\n"
+            "import torch\n"
+            "from tensorplan.integrations.executorch import to_executorch\n"
+            "from tensorplan.errors import TensorPlanError\n"
+            "try:\n"
+            "    to_executorch(torch.export.export(torch.nn.ReLU(), (torch.randn(2),)))\n"
+            "except TensorPlanError as error:\n"
+            "    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert "pip install tensorplan[executorch]" in result.stdout
+
+
+# --- what keeps working -----------------------------------------------------------------------
+class Branches(torch.nn.Module):
+    """A ``torch.cond`` between two elementwise branches."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = x * 2 + y
+        z = torch.cond(h.sum() > 0, lambda a, b: (a.sin() * b).cos() + 1,
+                       lambda a, b: (a - b).relu() * a, (h, y))
+        return z + 1
+
+
+def test_cond_runs_both_branches_like_eager() -> None:
+    model = Branches()
+    args = (torch.randn(6, 33), torch.randn(6, 33))
+    shipped = lower(torch.export.export(model, args))
+    _verify_with_executorch(shipped.manager)
+    for sign in (1, -1):
+        inputs = (args[0].abs() * sign, args[1].abs() * sign)
+        torch.testing.assert_close(_execute(shipped.manager.buffer, list(inputs))[0],
+                                   _eager(model, inputs)[0])
+
+
+class Mapped(torch.nn.Module):
+    """``map`` of an elementwise body over the rows."""
+
+    def forward(self, xs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        from torch._higher_order_ops.map import map as map_rows
+
+        return map_rows(lambda x, b: (x.exp() + b).tanh(), xs, y) * 3
+
+
+def test_map_runs_like_eager() -> None:
+    model, args = Mapped(), (torch.randn(4, 37), torch.randn(37))
+    shipped = lower(torch.export.export(model, args))
+    torch.testing.assert_close(_execute(shipped.manager.buffer, list(args))[0],
+                               _eager(model, args)[0])
+
+
+def test_several_methods_each_planned_and_run() -> None:
+    block, x = Block().eval(), torch.randn(16, 64)
+    edge = to_edge({"forward": torch.export.export(block, (x,)),
+                    "branches": torch.export.export(Branches(), (x[:, :33], x[:, 1:34]))})
+    shipped = lower(edge)
+    assert set(shipped.methods) == {"forward", "branches"}
+    torch.testing.assert_close(_execute(shipped.manager.buffer, [x])[0], _eager(block, (x,))[0])
+    inputs = (x[:, :33].contiguous(), x[:, 1:34].contiguous())
+    torch.testing.assert_close(_execute(shipped.manager.buffer, list(inputs), "branches")[0],
+                               _eager(Branches(), inputs)[0])
+
+
+def test_a_kv_cache_step_keeps_its_state_across_calls() -> None:
+    example = zoo.example("kv_cache")
+    shipped = lower(_export(example))
+    program = Runtime.get().load_program(shipped.manager.buffer)
+    method = program.load_method("forward")
+    eager = zoo.example("kv_cache").model
+    for pos in range(4):
+        x = torch.randn(1, 32)
+        actual = method.execute([x, torch.tensor([pos])])[0].clone()
+        torch.testing.assert_close(actual, _eager(eager, (x, torch.tensor([pos])))[0])
+    assert shipped.arena_bytes == 8_320
+
+
+def test_an_xnnpack_partitioned_program_keeps_its_delegate() -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    model, x = Block().eval(), torch.randn(16, 64)
+    edge = to_edge_transform_and_lower(torch.export.export(model, (x,)),
+                                       partitioner=[XnnpackPartitioner()])
+    shipped = lower(edge)
+    graph = shipped.manager.exported_program().graph
+    assert any("call_delegate" in str(node.target) for node in graph.nodes)
+    torch.testing.assert_close(_execute(shipped.manager.buffer, [x])[0], _eager(model, (x,))[0])
+
+
+# --- the zoo ----------------------------------------------------------------------------------
+def _resized(example: zoo.Example, size: int) -> tuple:
+    """The example's inputs with every dynamic dim at ``size`` (tiled, then cut)."""
+    args = list(example.args)
+    for position, dims in enumerate(example.dynamic_shapes or ()):
+        for dim in dims or {}:
+            tensor = args[position]
+            repeats = [1] * tensor.dim()
+            repeats[dim] = -(-size // tensor.shape[dim])
+            args[position] = tensor.repeat(repeats).narrow(dim, 0, size)
+    return tuple(args)
+
+
+# zoo model -> (.pte arena, constants), bytes, measured with ExecuTorch 1.5.1
+# (ExecuTorch's best configuration in benchmarks/RESULTS.md, for comparison: mlp 16384,
+# tiny_gpt 917504, hf_gpt2 774144, hf_bert_dynamic 331776, hf_llama_static_cache 83936,
+# hf_t5 295040, hf_vit 78336, hf_mobilenet_v2 903360, hf_olmoe 2156288, timm_mixnet_s 786432)
+ZOO = {
+    "mlp": (10_240, 76_840),
+    "tiny_gpt": (655_360, 562_176),
+    "hf_gpt2": (430_080, 2_122_272),
+    "hf_gpt2_dynamic": (430_080, 2_122_272),
+    "hf_bert_dynamic": (200_704, 2_187_784),
+    "hf_llama_static_cache": (69_600, 2_474_584),
+    "hf_t5": (295_040, 4_251_940),
+    "hf_vit": (52_528, 1_688_624),
+    "hf_mobilenet_v2": (903_360, 1_598_192),
+    "hf_olmoe": (2_160_384, 1_433_912),
+    "timm_mixnet_s": (491_520, 10_338_832),
+}
+FAST = {"mlp", "tiny_gpt"}
+
+
+@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in ZOO])
+def test_zoo_model_pte_equals_eager(name: str) -> None:
+    example, shipped = _shipped(name)
+    inputs = pytree.tree_leaves((example.args, example.kwargs))
+    for actual, expected in zip(_execute(shipped.manager.buffer, inputs),
+                                _eager(example.model, example.args, example.kwargs),
+                                strict=True):
+        torch.testing.assert_close(actual, expected)
+    _verify_with_executorch(shipped.manager)
+    assert (shipped.arena_bytes, shipped.constant_bytes) == ZOO[name]
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt", pytest.param("hf_gpt2_dynamic",
+                                                           marks=pytest.mark.slow),
+                                  pytest.param("hf_bert_dynamic", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("size", [3, 64])
+def test_dynamic_model_pte_equals_eager_at_other_sizes(name: str, size: int) -> None:
+    example, shipped = _shipped(name)
+    args = _resized(example, size)
+    for actual, expected in zip(_execute(shipped.manager.buffer, list(args)),
+                                _eager(example.model, args), strict=True):
+        torch.testing.assert_close(actual, expected)

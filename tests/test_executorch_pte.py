@@ -41,12 +41,11 @@ def _eager(model: torch.nn.Module, args: tuple, kwargs: dict | None = None) -> l
 
 
 def _verify_with_executorch(manager: Any, method: str = "forward") -> None:
-    """ExecuTorch's own storage verifier, run explicitly on the written plan."""
+    """ExecuTorch's own storage verifier, run explicitly on the written plan of the method's
+    graph (as ExecuTorch runs it: it does not walk control-flow subgraphs)."""
     program = manager.exported_program(method)
-    for module in program.graph_module.modules():
-        if isinstance(module, torch.fx.GraphModule):
-            top = module is program.graph_module
-            Verifier(module, top, True, True, program.graph_signature).verify_storage_reuse()
+    Verifier(program.graph_module, True, True, True,
+             program.graph_signature).verify_storage_reuse()
 
 
 def _export(example: zoo.Example) -> torch.export.ExportedProgram:

@@ -200,21 +200,21 @@ class TensorplanPlanningPass(MemoryPlanningPass):
 
     def _verify(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
                 bufsizes: list[int]) -> None:
-        """tensorplan's checker and ExecuTorch's storage verifier on every graph; PlanError
-        (ours) or ExecuTorch's InternalError (theirs) on a bad plan."""
+        """tensorplan's checker on every graph (subgraphs included) and ExecuTorch's storage
+        verifier on the method's graph (it does not walk subgraphs: ExecuTorch gives their
+        carried values no offsets of their own); PlanError (ours) or ExecuTorch's
+        InternalError (theirs) on a bad plan."""
         for module in graph_module.modules():
-            if not isinstance(module, torch.fx.GraphModule):
-                continue
-            top = module is graph_module
-            specs = [s for s in _planned_specs(module, graph_signature, True, True,
-                                               self.alloc_mutable_buffers)
-                     if s.mem_offset is not None]
-            _check_specs(specs, self.alignment, bufsizes if top else None, module)
-            verifier = Verifier(module, self.alloc_graph_input and top, True,
-                                self.alloc_mutable_buffers, graph_signature)
-            verifier.verify_storage_reuse()
-            if top:
-                verifier.verify_graph_input_output()
+            if isinstance(module, torch.fx.GraphModule):
+                specs = [s for s in _planned_specs(module, graph_signature, True, True,
+                                                   self.alloc_mutable_buffers)
+                         if s.mem_offset is not None]
+                _check_specs(specs, self.alignment,
+                             bufsizes if module is graph_module else None, module)
+        verifier = Verifier(graph_module, self.alloc_graph_input, self.alloc_graph_output,
+                            self.alloc_mutable_buffers, graph_signature)
+        verifier.verify_storage_reuse()
+        verifier.verify_graph_input_output()
 
 
 _STEP_NAMES = ("tensorplan planner (exported order, no links)", "+ in-place reuse",

@@ -32,6 +32,7 @@ SECTIONS = (
     ("Memory plan: the bound lowered, vs ExecuTorch's best configuration", "bench_plan.py"),
     ("Run: latency, out-variant coverage and memory vs eager (and ExecuTorch)", "bench_run.py"),
     ("Planner on the DSA instances", "bench_dsa.py"),
+    ("Shipped: the .pte with tensorplan's plan, run in ExecuTorch's runtime", "bench_pte.py"),
 )
 STDERR_LINES = 20         # lines of a failed script's stderr shown in its section
 DEFAULT_TIMEOUT = 3600    # seconds one script may run before it counts as failed

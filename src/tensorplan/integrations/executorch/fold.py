@@ -7,10 +7,12 @@ source, a relative-position bias many times its bucket table. :func:`choose_fold
 only when the constants it adds are paid for by constants it makes dead or by arena bytes it
 takes off the plan's busiest step.
 
-Greedy, in graph order over the *frontier* (constant-computable values read by a runtime
-value): fold the frontier value with every constant-computable value it depends on when the
-growth of the program's constant bytes is at most the bytes those values hold at the peak
-(``at_peak``, from a plan without folding; credit once used is spent). A folded value becomes a
+Greedy, in graph order over the constant-computable values: fold a value with every
+constant-computable value it depends on when the growth of the program's constant bytes is at
+most the bytes those values hold at the peak (``at_peak``, from a plan without folding; credit
+once used is spent). A value need not be read by a runtime value: folding a shared table (a
+rotary ``cos``) leaves the per-layer copies made from it at run time, so the cut is wherever
+the constants are cheapest. A folded value becomes a
 constant placeholder when something not folded reads it; a parameter or computed constant all of
 whose readers are folded is dropped. Worked example: ``w`` read only by ``permute_copy(w)``
 folds (``w``, 64 KB, is replaced by its transpose, 64 KB); a tied embedding table also read by
@@ -66,7 +68,7 @@ def choose_folds(known: Mapping[torch.fx.Node, Any],
     credit = dict(at_peak or {})
     folded: set[torch.fx.Node] = set()
     current = _constant_bytes(known, folded)
-    for node in frontier(known):
+    for node in [n for n in known if n.op != "placeholder" and n not in folded]:
         cone = _cone(node, known)
         trial = folded | cone
         size = _constant_bytes(known, trial)

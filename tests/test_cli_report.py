@@ -56,7 +56,7 @@ def test_help_says_what_the_tool_does_with_an_example_per_command():
     assert "Take a PyTorch model to a fixed, verified memory plan" in done.stdout
     assert "one function pair" not in done.stdout
     names = [add.__name__.removeprefix("add_").removesuffix("_command") for add in COMMANDS]
-    assert names == ["plan", "run", "dsa", "bench", "diff"]
+    assert names == ["plan", "run", "dsa", "bench", "diff", "pte"]
     examples = done.stdout.split("examples:\n")[1]
     for name in names:
         assert re.search(rf"^  tensorplan {name} \S", examples, re.MULTILINE), name

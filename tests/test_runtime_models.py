@@ -22,7 +22,8 @@ EXPECTED_FALLBACKS = {
     "hf_gpt2": LAYER_NORMS, "hf_bert": LAYER_NORMS, "hf_gpt2_dynamic": LAYER_NORMS,
     "hf_bert_dynamic": LAYER_NORMS,
     "hf_vit": {**LAYER_NORMS, "aten.convolution.default": 1},
-    "hf_mobilenet_v2": {"aten.constant_pad_nd.default": 52, "aten.convolution.default": 52},
+    # 41 of its 52 pads write only their border (their input made in the interior, concat.py)
+    "hf_mobilenet_v2": {"aten.constant_pad_nd.default": 11, "aten.convolution.default": 52},
     "hf_llama": {},
     "hf_t5_encoder": {},
     "hf_distilbert": LAYER_NORMS,

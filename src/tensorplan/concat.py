@@ -23,6 +23,11 @@ offset and strides inside the output's storage.
 Worked example: ``cat([conv_a(x), conv_b(x)], dim=1)`` with both convolutions read only by the
 ``cat``: ``convolution`` lives at offset 0 of ``cat``'s storage, ``convolution_1`` at the
 offset of channel ``a``'s width, both with ``cat``'s strides.
+
+A ``constant_pad_nd`` (padding only, no cropping) is placed the same way with its one input:
+the input is made in the interior of the padded output (offset of the first interior element,
+the output's strides), and the pad only writes the border (``runtime``'s ``Kind.PADDED``).
+MobileNetV2's ``pad`` before each strided depthwise convolution then costs no second buffer.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from .schemas import is_view
 from .spec import SpecTable, TensorSpec
 
 _CAT = torch.ops.aten.cat.default
+_PAD = torch.ops.aten.constant_pad_nd.default
 
 
 def _bound(program: ExportedProgram, alias: AliasTable, order: Sequence[str]) -> int:
@@ -64,8 +70,25 @@ def _writes_like(values: Sequence[str], nodes: dict[str, torch.fx.Node], specs: 
     return True
 
 
+def _interior(node: torch.fx.Node, specs: SpecTable) -> list[tuple[torch.fx.Node, Slice]] | None:
+    """The input of a static ``constant_pad_nd`` (no negative padding) with the interior of
+    the output it fills, or None."""
+    out, arg = specs.spec_of(node.name), node.args[0]
+    spec = specs.spec_of(arg.name) if isinstance(arg, torch.fx.Node) else None
+    pads = list(node.args[1])
+    if out is None or spec is None or out.is_dynamic or spec.is_dynamic or spec.is_empty \
+            or spec.dtype != out.dtype or any(not isinstance(p, int) or p < 0 for p in pads):
+        return None
+    before = [0] * (len(out.shape) - len(pads) // 2) + pads[0::2][::-1]
+    offset = sum(b * stride for b, stride in zip(before, out.strides, strict=True))
+    return [(arg, Slice(offset * out.dtype.itemsize, out.strides))]
+
+
 def _slices(node: torch.fx.Node, specs: SpecTable) -> list[tuple[torch.fx.Node, Slice]] | None:
-    """Each input of a static ``cat`` with its slice of the output, or None."""
+    """Each input of a static ``cat`` with its slice of the output (the input of a pad with
+    the interior it fills), or None."""
+    if node.target is _PAD:
+        return _interior(node, specs)
     out = specs.spec_of(node.name)
     inputs = node.args[0]
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
@@ -128,7 +151,7 @@ def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTabl
     nodes = {node.name: node for node in program.graph.nodes}
     table = alias
     for step, name in enumerate(order):
-        if nodes[name].target is not _CAT:
+        if nodes[name].target not in (_CAT, _PAD):
             continue
         trial = MergedStorages(table)
         slices = _place(trial, nodes[name], step, specs, nodes, order)

@@ -67,6 +67,7 @@ class Kind(enum.Enum):
     COPY_IN_PLACE = "copy+in-place"  # out.copy_(self), then the in-place twin on out
     FALLBACK = "fallback"            # functional op, then copied into the planned view
     CONCATENATED = "in slices"       # its inputs were made in slices of it (concat.py)
+    PADDED = "border"                # its input was made in its interior; writes the border
     CONTROL_FLOW = "control-flow"    # runs its subgraphs (control_flow.py)
     OUTPUT = "output"                # the graph's results
 
@@ -89,7 +90,8 @@ class Lowered:
 # Kinds whose kernel writes the node's planned output views (put in the frame when the sizes
 # follow from the input sizes).
 WRITES_PLANNED_VIEWS = frozenset({Kind.IN_PLACE, Kind.OUT, Kind.NATIVE, Kind.COPY_IN_PLACE,
-                                  Kind.FALLBACK, Kind.CONTROL_FLOW, Kind.CONCATENATED})
+                                  Kind.FALLBACK, Kind.CONTROL_FLOW, Kind.CONCATENATED,
+                                  Kind.PADDED})
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,8 @@ def _lower_op(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
     if is_view(op):
         return Kind.VIEW, inputs_per_frame and facts.resolvable(name), None
     if _made_in_place(node, prefix, facts):
+        if op is torch.ops.aten.constant_pad_nd.default:
+            return Kind.PADDED, False, None
         return Kind.CONCATENATED, False, None
     written = _writes_argument(node, prefix, facts)
     if written is not None:

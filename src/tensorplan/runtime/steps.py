@@ -181,6 +181,18 @@ def _into_views(writer: Callable[[torch.fx.Node, Lowered, StepContext], Write]):
     return build
 
 
+def _border(node, row, ctx) -> Write:
+    """Fill only the border of a pad whose input was made in its interior (concat.py)."""
+    def write(out: Any, args: list, kwargs: dict) -> None:
+        pads = list(args[1])
+        value = args[2] if len(args) > 2 else kwargs.get("value", 0.0)
+        for i in range(len(pads) // 2):
+            dim, before, after = out.dim() - 1 - i, pads[2 * i], pads[2 * i + 1]
+            out.narrow(dim, 0, before).fill_(value)
+            out.narrow(dim, out.shape[dim] - after, after).fill_(value)
+    return write
+
+
 def _in_place(node, row, ctx) -> Write:
     twin = row.kernel
     return lambda out, args, kwargs: twin(*args, **kwargs)
@@ -281,6 +293,7 @@ BUILDERS: dict[Kind, Callable[[torch.fx.Node, Lowered, StepContext], Built]] = {
     Kind.FALLBACK: _into_views(_fallback),
     Kind.CONTROL_FLOW: _control_flow,
     Kind.CONCATENATED: lambda node, row, ctx: [_planned_views(node, row, ctx)],
+    Kind.PADDED: _into_views(_border),
 }
 
 

@@ -174,13 +174,18 @@ def summary(rows: Sequence[Row]) -> str:
     median, worst = statistics.median(ratios.values()), max(ratios, key=ratios.__getitem__)
     above = sorted(name for name, ratio in ratios.items() if ratio > 1.0)
     heavier = sorted(name for name, ratio in totals.items() if ratio > 1.0)
-    differ = sorted(row.model for row in rows if row.result.failed is not None)
+    differ = sorted(row.model for row in rows if row.result.failed is not None
+                    and (chosen := common.best_result(row.executorch)) is not None
+                    and chosen.failed is None)
+    both = sorted(row.model for row in rows if row.result.failed is not None
+                  and row.model not in differ)
     return (f"**Summary** over {len(ratios)} models (the `_dynamic` variants left out): `.pte` "
             f"arena / ExecuTorch best median **{median:.2f}x** (target <= {TARGET_MEDIAN:.2f}x: "
             f"{'met' if median <= TARGET_MEDIAN else 'missed'}), max {ratios[worst]:.2f}x "
             f"({worst}); above 1.00x: {', '.join(above) or 'none'}; arena + constants above "
             f"the best's: {', '.join(heavier) or 'none'}; `.pte` not equal to eager in "
-            f"ExecuTorch's runtime: {', '.join(differ) or 'none'}.\n")
+            f"ExecuTorch's runtime where ExecuTorch's own program is: {', '.join(differ) or 'none'}"
+            f" (both fail or differ in the runtime's kernels: {', '.join(both) or 'none'}).\n")
 
 
 def report(rows: Sequence[Row], runs: int) -> str:

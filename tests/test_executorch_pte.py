@@ -113,6 +113,23 @@ def test_accepts_a_tensorplan_program_and_an_edge_program_it_does_not_change() -
     torch.testing.assert_close(_execute(manager.buffer, [x])[0], _eager(model, (x,))[0])
 
 
+def test_the_configs_allocation_options_are_kept() -> None:
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    model, x = Block().eval(), torch.randn(16, 64)
+    exported = torch.export.export(model, (x,))
+    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(
+        alloc_graph_input=False, alloc_graph_output=False))
+    shipped = lower(exported, config)
+    graph = shipped.manager.exported_program().graph
+    placeholder = graph.find_nodes(op="placeholder", target="x")[0]
+    result = graph.output_node().args[0][0]
+    assert placeholder.meta["spec"].mem_offset is None  # the caller provides it
+    assert result.meta["spec"].mem_offset is None
+    torch.testing.assert_close(_execute(shipped.manager.buffer, [x])[0], _eager(model, (x,))[0])
+
+
 def test_rejects_what_is_not_a_program() -> None:
     with pytest.raises(TensorPlanError, match="ExportedProgram"):
         to_executorch(torch.nn.Linear(2, 2))

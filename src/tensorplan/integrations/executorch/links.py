@@ -270,7 +270,7 @@ def _in_place_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules
     reshape = key in rules.byte_copies
     out, out_value = _first_out(node)
     if out is None or out.storage_base is not None or id(out) in linked \
-            or not isinstance(out_value, torch.Tensor):
+            or id(out) not in rules.planned or not isinstance(out_value, torch.Tensor):
         return None
     arguments = _arguments(node)
     tensors = {name: arg for name, arg in arguments.items()

@@ -44,6 +44,7 @@ from tensorplan.report import (
 from tensorplan.report.compare import compare
 from tensorplan.report.diff import diff_plans, diff_report, read_plan_file
 from tensorplan.report.html import placement_plan, write_html, write_page
+from tensorplan.report.patches import patching_table
 from tensorplan.report.pte import pte_tables
 from tensorplan.report.timeline import plot_plan
 from tensorplan.runtime.lower import explain
@@ -197,6 +198,13 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
                          ("fold", "folding values of constants at compile time")):
         parser.add_argument(f"--no-{switch}", dest=switch, action="store_false",
                             help=f"plan without {what}")
+    parser.add_argument(
+        "--patches",
+        type=_patches,
+        default=None,
+        metavar="auto|RxC",
+        help="run the high-resolution prefix patch by patch: auto, or a grid such as 4x4",
+    )
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
@@ -204,6 +212,16 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--html", metavar="F", help="write the interactive page of the plan")
     parser.add_argument("--save", metavar="F", help="save the compiled program (tp.load reads it)")
     parser.set_defaults(run=run_plan)
+
+
+def _patches(text: str) -> str | tuple[int, int]:
+    """``auto`` or a grid ``RxC`` (``4x4``)."""
+    if text == "auto":
+        return text
+    rows, x, cols = text.partition("x")
+    if not (x and rows.isdigit() and cols.isdigit() and int(rows) >= 1 and int(cols) >= 1):
+        raise argparse.ArgumentTypeError(f"expected auto or ROWSxCOLS such as 4x4, got {text}")
+    return int(rows), int(cols)
 
 
 def _params(args: argparse.Namespace) -> CompileOptions | None:
@@ -214,9 +232,9 @@ def _params(args: argparse.Namespace) -> CompileOptions | None:
         if (value := getattr(args, key)) is not None
     }
     switches = ScheduleOptions(args.reuse, args.reorder, args.fold)
-    if not given and switches == ScheduleOptions():
+    if not given and switches == ScheduleOptions() and args.patches is None:
         return None
-    return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches)
+    return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches, args.patches)
 
 
 def _write_outputs(program: Program, args: argparse.Namespace) -> None:
@@ -267,6 +285,8 @@ def _report_plan(program: Program, args: argparse.Namespace) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=WIDE)
     if args.specs:
         console.print(spec_table(program.specs))
+    if program.patching is not None:
+        console.print(patching_table(program.patching))
     console.print(plan_summary(program))
     headroom = check_arena(program.plan, args.max_arena)
     if headroom is not None:

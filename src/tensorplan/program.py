@@ -23,6 +23,8 @@ from .fold import NOTHING_FOLDED, Folded
 from .internal import stage
 from .liveness import GraphLifetimes, lifetimes
 from .order import Order
+from .patches import Patching
+from .patches import choose as choose_patches
 from .plan import MemoryPlan, PlanOptions, plan_memory
 from .planners import PlannerParams
 from .propagate import propagate
@@ -48,6 +50,7 @@ class Program:
     roles: Roles                       # what every placeholder and output is
     schedule: Schedule | None = None   # node order, reuse and folding (None: graph order,
     #                                    one storage per value, nothing folded)
+    patching: Patching | None = None   # the patchings tried and kept (None: not asked for)
     _default: list[Runner] = field(default_factory=list, init=False, repr=False, compare=False)
     _made: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
                                   compare=False)
@@ -127,8 +130,16 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
             dynamic_shapes: Any = None, algorithm: str = "auto", alignment: int = 16,
             time_limit: float | None = None, reuse: bool = True, reorder: bool = True,
             fold: bool = True, planner_params: PlannerParams | None = None,
-            max_arena_bytes: int | None = None) -> Program:
+            max_arena_bytes: int | None = None, patches: str | tuple[int, int] | None = None,
+            max_overhead: float = 1.25) -> Program:
     """Capture (unless given a program), propagate, fold, order and reuse, plan and verify.
+
+    ``patches`` (``patches.py``): ``None`` runs the program as exported; ``(rows, cols)`` or
+    ``"auto"`` (grids 2x2, 3x3, 4x4) first rewrites it to run its high-resolution prefix patch by
+    patch, at the split and grid whose plan (tensorplan's greedy, the same switches) has the
+    smallest arena among those within ``max_overhead`` times the convolutions' multiply-adds,
+    keeping the program as exported unless a patching is smaller; ``Program.patching`` lists
+    what was tried.
 
     ``reuse``, ``reorder`` and ``fold`` switch the bound-lowering steps (``schedule.py``);
     ``planner_params`` tunes the planners (None: the defaults). Dynamic dims are planned at
@@ -141,6 +152,14 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     """
     with stage("capture"):
         program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
+    patching = None
+    if patches is not None:
+        def arena_of(candidate: ExportedProgram) -> int:
+            return compile(candidate, alignment=alignment, algorithm="greedy", reuse=reuse,
+                           reorder=reorder, fold=fold).plan.arena_bytes
+
+        with stage("patches", program):
+            program, patching = choose_patches(program, patches, max_overhead, arena_of)
     with stage("roles", program):
         roles = read_roles(program)
     with stage("propagate", program):
@@ -160,7 +179,7 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
         _debug_summary(specs, chosen, plan)
     with stage("alias", program):
         planned = planned_specs(specs, chosen.alias)
-    return Program(program, planned, chosen.alias, plan, roles, chosen)
+    return Program(program, planned, chosen.alias, plan, roles, chosen, patching)
 
 
 def _planned(lives: Mapping[str, GraphLifetimes], chosen: Schedule,

@@ -39,6 +39,7 @@ class CompileOptions:
 
     plan: PlanOptions = PlanOptions()              # planner, alignment, time limit, tuning
     schedule: ScheduleOptions = ScheduleOptions()  # in-place reuse, node order, folding
+    patches: str | tuple[int, int] | None = None   # patch-by-patch prefix (patches.py)
 
 
 def load_target(target: str, params: CompileOptions | None = None,
@@ -84,7 +85,8 @@ def _options(params: CompileOptions | None) -> dict[str, Any]:
     options = params or CompileOptions()
     p, s = options.plan, options.schedule
     return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit,
-            "planner_params": p.params, "reuse": s.reuse, "reorder": s.reorder, "fold": s.fold}
+            "planner_params": p.params, "reuse": s.reuse, "reorder": s.reorder, "fold": s.fold,
+            "patches": options.patches}
 
 
 def load_exported(path: str) -> ExportedProgram:

@@ -1,0 +1,24 @@
+"""Terminal table (rich) of the patchings ``compile(..., patches=...)`` tried."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..patches import Patching
+from .text import bytes_text
+
+
+def patching_table(patching: Patching) -> Table:
+    """One row per candidate: split value, grid, arena (tensorplan's greedy), multiply-add
+    overhead, and which one was kept."""
+    table = Table(title=f"patch-by-patch candidates (multiply-adds within "
+                        f"{patching.max_overhead:.2f}x)")
+    for column in ("split", "grid", "arena", "multiply-adds", "kept"):
+        table.add_column(column, justify="right" if column in ("arena", "multiply-adds")
+                         else "left")
+    for candidate in patching.candidates:
+        table.add_row(candidate.split or "(as exported)",
+                      f"{candidate.grid[0]}x{candidate.grid[1]}",
+                      bytes_text(candidate.arena_bytes), f"{candidate.overhead:.2f}x",
+                      "yes" if candidate == patching.chosen else "")
+    return table

@@ -1,0 +1,161 @@
+"""Patch-by-patch execution of the high-resolution prefix (``patches.py``, issue 18 item 1)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tensorplan as tp
+from tensorplan import patches
+from tensorplan.errors import InputError
+
+
+class Stack(torch.nn.Module):
+    """Strided, padded, dilated and grouped convolutions, batch norm, relu6, a residual add,
+    an explicit pad with a non-zero value, a max pool, then a head that is not spatial."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=4)
+        self.c3 = torch.nn.Conv2d(8, 16, 5, stride=2, padding=2)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.head = torch.nn.Linear(16, 10)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu6(self.bn(self.c1(x)))
+        h = self.c2(h) + h
+        h = F.pad(h, (1, 0, 0, 1), value=0.25)
+        h = self.pool(self.c3(h))
+        return self.head(h.mean((2, 3)))
+
+
+def _stack(channels_last: bool, size: tuple[int, int] = (37, 45)):
+    model, x = Stack().eval(), torch.randn(2, 3, *size)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
+    return model, x
+
+
+def test_the_splits_are_the_values_the_prefix_ends_at() -> None:
+    model, x = _stack(False)
+    found = patches.splits(tp.capture(model, (x,)))
+    assert [s.node for s in found] == ["convolution", "getitem", "hardtanh", "add",
+                                       "constant_pad_nd", "convolution_2", "getitem_3"]
+    assert found[-1].region[0] == "convolution" and found[-1].source == "x"
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("grid", [(2, 2), (3, 2), (4, 5), (1, 3)])
+@pytest.mark.parametrize("split", ["add", "convolution_2", "getitem_3"])
+def test_patched_program_equals_eager(split, grid, channels_last) -> None:
+    model, x = _stack(channels_last)
+    program = tp.capture(model, (x,))
+    chosen = next(s for s in patches.splits(program) if s.node == split)
+    patched = patches.patch_program(program, chosen, grid)
+    torch.testing.assert_close(patched.module()(x), model(x))
+    compiled = tp.compile(patched)
+    torch.testing.assert_close(compiled.run(x), model(x))
+
+
+def test_border_patches_are_padded_like_the_original_and_inner_ones_not() -> None:
+    model, x = _stack(False, (48, 48))  # c1 output 24x24, c2 keeps it, c3 12x12
+    program = tp.capture(model, (x,))
+    split = next(s for s in patches.splits(program) if s.node == "convolution_2")
+    nodes = {n.name: n for n in program.graph.nodes}
+    corner = patches.regions(split, nodes, ((0, 4), (0, 4)))
+    centre = patches.regions(split, nodes, ((4, 8), (4, 8)))
+    c3 = patches.window(nodes["convolution_2"])
+    c1 = patches.window(nodes["convolution"])
+    # the corner's c3 reads rows from -2 (its zero padding); the pad adds row 24 at the bottom
+    assert c3.needs(corner["convolution_2"]) == ((-2, 9), (-2, 9))
+    assert c1.needs(corner["convolution"]) == ((-1, 2 * corner["convolution"][0][1]),
+                                                (-1, 2 * corner["convolution"][1][1]))
+    # the centre needs nothing outside the maps: no padding at all
+    assert c3.needs(centre["convolution_2"]) == ((6, 17), (6, 17))
+    assert all(0 <= a and b <= 48 for a, b in centre["x"])
+
+
+class Tiny(torch.nn.Module):
+    """A 1x1 convolution on a small map and a head: nothing to gain from patches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).mean((2, 3))
+
+
+@pytest.mark.parametrize("model, x", [(Tiny().eval(), torch.randn(1, 4, 4, 4)),
+                                      (torch.nn.Linear(8, 8), torch.randn(2, 8))])
+def test_auto_declines_when_nothing_is_gained(model, x) -> None:
+    program = tp.compile(model, (x,), patches="auto")
+    assert program.patching.chosen == program.patching.candidates[0]
+    assert program.patching.chosen.split == "" and program.patching.chosen.grid == (1, 1)
+    plain = tp.compile(model, (x,))
+    assert [n.name for n in program.exported_program.graph.nodes] == \
+        [n.name for n in plain.exported_program.graph.nodes]
+    assert program.plan.arena_bytes == plain.plan.arena_bytes
+
+
+def test_auto_lowers_the_arena_within_the_budget() -> None:
+    model, x = _stack(False, (96, 96))
+    program = tp.compile(model, (x,), patches="auto")
+    plain = tp.compile(model, (x,))
+    chosen = program.patching.chosen
+    assert chosen.split and chosen.overhead <= 1.25
+    assert all(c.overhead <= 1.25 for c in program.patching.candidates)
+    assert program.plan.arena_bytes < plain.plan.arena_bytes
+    torch.testing.assert_close(program.run(x), model(x))
+
+
+def test_a_grid_over_the_budget_is_not_tried() -> None:
+    model, x = _stack(False, (96, 96))
+    program = tp.compile(model, (x,), patches=(12, 12), max_overhead=1.01)
+    assert program.patching.candidates == (program.patching.chosen,)
+    assert program.patching.chosen.split == ""
+
+
+@pytest.mark.parametrize("bad", [(0, 2), (2,), "some", (2.0, 2)])
+def test_patches_must_be_auto_or_a_grid(bad) -> None:
+    model, x = _stack(False)
+    with pytest.raises(InputError, match="patches"):
+        tp.compile(model, (x,), patches=bad)
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_patched_fits_in_under_a_third() -> None:
+    from tensorplan import zoo
+
+    example = zoo.example("hf_mobilenet_v2")
+    program = tp.compile(example.model, example.args, patches=(4, 4))
+    assert program.patching.chosen.split and program.patching.chosen.overhead <= 1.25
+    assert program.plan.arena_bytes <= 0.33 * 903_360  # ExecuTorch's best configuration
+    with torch.no_grad():
+        torch.testing.assert_close(program.run(*example.args), example.model(*example.args))
+
+
+def test_cli_plan_prints_the_candidates(capsys) -> None:
+    from tensorplan.cli import main
+
+    assert main(["plan", "zoo:convnet", "--patches", "2x2"]) == 0
+    output = capsys.readouterr().out
+    assert "patch-by-patch candidates (multiply-adds within 1.25x)" in output
+    assert "│ (as exported) │ 1x1  │ 393,216 B (384.0 KiB) │" in output
+    kept = next(line for line in output.splitlines() if line.rstrip().endswith("yes  │"))
+    assert "2x2" in kept and "262,144 B" in kept
+
+
+def test_cli_refuses_a_malformed_grid(capsys) -> None:
+    from tensorplan.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["plan", "zoo:convnet", "--patches", "4by4"])
+    assert "expected auto or ROWSxCOLS" in capsys.readouterr().err

@@ -33,6 +33,7 @@ SECTIONS = (
     ("Run: latency, out-variant coverage and memory vs eager (and ExecuTorch)", "bench_run.py"),
     ("Planner on the DSA instances", "bench_dsa.py"),
     ("Shipped: the .pte with tensorplan's plan, run in ExecuTorch's runtime", "bench_pte.py"),
+    ("CNNs patch by patch: the high-resolution peak", "bench_patches.py"),
 )
 STDERR_LINES = 20         # lines of a failed script's stderr shown in its section
 DEFAULT_TIMEOUT = 3600    # seconds one script may run before it counts as failed

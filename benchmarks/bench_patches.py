@@ -1,0 +1,171 @@
+"""The CNN peak with patch-by-patch execution (``compile(..., patches="auto")``) vs without, and
+vs ExecuTorch's best configuration.
+
+Usage: ``python benchmarks/bench_patches.py [--out FILE] [--models a,b] [--runs N]``
+
+Models (torchvision, random weights, batch 1, NCHW): MobileNetV2 at 160x160 and 224x224,
+MnasNet 1.0, EfficientNet-B0 and ResNet-18 at 224x224. Each is compiled with the defaults
+(patches off) and with ``patches="auto"`` (grids 2x2, 3x3, 4x4 at the two deepest splits within
+1.25x the convolutions' multiply-adds), both run on the example input and compared with eager,
+timed against eager (median of ``--runs`` calls, one thread, interleaved). ExecuTorch's best
+configuration: the smallest arena of ``common.EXECUTORCH_CONFIGS``' "greedy" and "const-prop"
+(the best on every CNN of ``bench_plan.py``) among those that load and, where they run, equal
+eager (``common.best_result``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import common
+import torch
+from common import ExecuTorchResult, one_line, quiet, same_outputs
+
+import tensorplan as tp
+from tensorplan.vision_models import import_torchvision
+from tensorplan.zoo import Example
+
+DEFAULT_RUNS = 10
+REASON_CHARS = 80
+CONFIGS = ("greedy", "const-prop")
+TARGET_MOBILENET_160 = 0.40  # arena / ExecuTorch best, MobileNetV2 at 160x160
+TARGET_CNN = 0.60            # arena / ExecuTorch best, each CNN
+
+
+def _models() -> dict[str, Callable[[], Example]]:
+    def make(name: str, size: int) -> Callable[[], Example]:
+        def build() -> Example:
+            torch.manual_seed(0)
+            model = getattr(import_torchvision().models, name)(weights=None).eval()
+            return Example(model, (torch.randn(1, 3, size, size),))
+        return build
+    return {"mobilenet_v2_160": make("mobilenet_v2", 160),
+            "mobilenet_v2_224": make("mobilenet_v2", 224),
+            "mnasnet1_0": make("mnasnet1_0", 224), "efficientnet_b0": make("efficientnet_b0", 224),
+            "resnet18": make("resnet18", 224)}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One model's measurements."""
+
+    model: str
+    off: tp.Program
+    on: tp.Program
+    seconds: float  # compile time with patches="auto"
+    executorch: tuple[ExecuTorchResult, ...]
+    equal: bool  # both programs equal eager
+    times: dict[str, float]  # median ms: eager, off, on
+
+
+def measure(name: str, build: Callable[[], Example], runs: int) -> Row:
+    """Compile, run and time one model with patches off and on; lower it with ExecuTorch."""
+    example = build()
+    with quiet():
+        off = tp.compile(example.model, example.args)
+        start = time.perf_counter()
+        on = tp.compile(example.model, example.args, patches="auto")
+        seconds = time.perf_counter() - start
+    with torch.no_grad():
+        expected = example.model(*example.args)
+        equal = same_outputs(expected, off.run(*example.args)) and \
+            same_outputs(expected, on.run(*example.args))
+    results = []
+    for config in CONFIGS if common.executorch_installed() else ():
+        try:
+            lowered = common.lower_to_executorch(example, config)
+        except Exception as error:  # a lowering failure becomes the cell
+            results.append(ExecuTorchResult(config, None, None, "lower",
+                                            one_line(error, REASON_CHARS)))
+            continue
+        results.append(common.check_executorch(config, lowered, example, expected,
+                                               REASON_CHARS))
+    times = common.medians({"eager": lambda: example.model(*example.args),
+                            "off": lambda: off.run(*example.args),
+                            "on": lambda: on.run(*example.args)}, runs)
+    return Row(name, off, on, seconds, tuple(results), equal, times)
+
+
+def _ratio(a: float, b: float | None) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def table(rows: Sequence[Row]) -> str:
+    header = ["model", "arena, patches off (B)", "arena, patches auto (B)", "on / off",
+              "ExecuTorch best (B)", "on / ExecuTorch best", "split", "grid", "multiply-adds",
+              "equal to eager", "eager ms; run / eager off → on", "auto compile (s)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        chosen, best = row.on.patching.chosen, common.best_result(row.executorch)
+        best_arena = best.arena if best else None
+        lines.append("| " + " | ".join([
+            row.model, str(row.off.plan.arena_bytes), str(row.on.plan.arena_bytes),
+            _ratio(row.on.plan.arena_bytes, row.off.plan.arena_bytes),
+            f"{best_arena} ({best.config})" if best else "none loads",
+            _ratio(row.on.plan.arena_bytes, best_arena), chosen.split or "(none)",
+            f"{chosen.grid[0]}x{chosen.grid[1]}", f"{chosen.overhead:.2f}x",
+            "yes" if row.equal else "NO",
+            f"{row.times['eager']:.1f}; {_ratio(row.times['off'], row.times['eager'])} → "
+            f"{_ratio(row.times['on'], row.times['eager'])}", f"{row.seconds:.0f}"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: Sequence[Row]) -> str:
+    ratios = {}
+    for row in rows:
+        best = common.best_result(row.executorch)
+        if best and best.arena:
+            ratios[row.model] = row.on.plan.arena_bytes / best.arena
+    if not ratios:
+        return "No ExecuTorch figures: no summary.\n"
+    mobilenet = ratios.get("mobilenet_v2_160")
+    missed = sorted(name for name, ratio in ratios.items() if ratio > TARGET_CNN)
+    overhead = max(row.on.patching.chosen.overhead for row in rows)
+    return (f"**Summary**: with `patches=\"auto\"`, MobileNetV2 at 160x160 plans "
+            f"{mobilenet:.2f}x of ExecuTorch's best (target <= {TARGET_MOBILENET_160:.2f}x); "
+            f"median over {len(ratios)} CNNs {statistics.median(ratios.values()):.2f}x, above "
+            f"{TARGET_CNN:.2f}x: {', '.join(missed) or 'none'}; largest multiply-add overhead "
+            f"{overhead:.2f}x (budget 1.25x); every program equal to eager: "
+            f"{'yes' if all(row.equal for row in rows) else 'NO'}.\n")
+
+
+def report(rows: Sequence[Row], runs: int) -> str:
+    return "".join([
+        summary(rows), "\n",
+        "Arena: `tp.compile` with the defaults (patches off) and with `patches=\"auto\"`; split "
+        "and grid: the patching kept (its candidates are planned with tensorplan's greedy); "
+        "multiply-adds: the patched convolutions' over the original's. ExecuTorch best: the "
+        "smaller arena of its greedy and const-prop configurations among those that load and "
+        f"equal eager. Run: eager's median ms over {runs} calls, then `Program.run` / eager "
+        "with patches off and on (one thread, interleaved).\n\n",
+        table(rows)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="also write the markdown table to this file")
+    parser.add_argument("--models", help="comma-separated names (default: all)")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    options = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(1)
+    models = _models()
+    names = options.models.split(",") if options.models else list(models)
+    rows = []
+    for name in names:
+        rows.append(measure(name, models[name], options.runs))
+        print(f"{name}: done", file=sys.stderr, flush=True)
+    common.emit(report(rows, options.runs), options.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

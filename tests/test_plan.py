@@ -156,8 +156,10 @@ def test_cond_branches_share_one_region_sized_for_the_larger_branch():
     assert region.subgraphs == ("true_graph_0/", "false_graph_0/")
     inside = [s for s in prog.plan.storages.values() if s.graph == "true_graph_0/"]
     assert inside and all(region.offset <= s.offset < region.offset + region.size for s in inside)
-    assert region.size == 2 * 256  # two temporaries of the big branch live at once
+    assert region.size == 256  # the big branch's temporaries are written over each other
     prog.plan.verify()
+    apart = tp.compile(Branches(), (torch.randn(8, 8), torch.randn(1)), reuse=False)
+    assert apart.plan.regions[0].size == 2 * 256  # without reuse two live at once
 
 
 @pytest.mark.parametrize("name", zoo.names())

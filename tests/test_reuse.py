@@ -216,3 +216,40 @@ def test_an_output_written_over_a_view_whose_size_one_strides_are_not_dense():
     assert storage(prog, "where") == storage(prog, "exp")
     row = {r.name: r for r in prog.lowering()}["where"]
     assert (row.kind.value, row.overwrites) == ("out", 1)
+
+
+class CondChains(torch.nn.Module):
+    """A ``cond`` whose branches are elementwise chains (issue 18, item 4)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = x * 2 + y
+        z = torch.cond(h.sum() > 0, lambda a, b: ((a.sin() * b).cos() + 1).tanh(),
+                       lambda a, b: (a - b).relu() * a, (h, y))
+        return z + 1
+
+
+def test_reuse_runs_inside_cond_branches_never_over_their_inputs():
+    model, args = CondChains(), (torch.randn(64, 33), torch.randn(64, 33))
+    program = tp.compile(model, args)
+    inside = [(r.value, r.overwrites) for r in program.schedule.reuses if "/" in r.value]
+    assert inside == [("true_graph_0/mul", "true_graph_0/sin"),
+                      ("true_graph_0/cos", "true_graph_0/mul"),
+                      ("true_graph_0/add_1", "true_graph_0/cos"),
+                      ("true_graph_0/tanh", "true_graph_0/add_1"),
+                      ("false_graph_0/relu", "false_graph_0/sub"),
+                      ("false_graph_0/mul", "false_graph_0/relu")]
+    # a branch's inputs are its caller's storages: sin(a) and sub(a, b) take fresh ones
+    assert all(not r.overwrites.endswith(("/a", "/b")) for r in program.schedule.reuses)
+    assert program.plan.arena_bytes < tp.compile(model, args, reuse=False).plan.arena_bytes
+    for sign in (1, -1):
+        inputs = (args[0].abs() * sign, args[1].abs() * sign)
+        torch.testing.assert_close(program.run(*inputs), model(*inputs))
+
+def test_reuse_inside_a_branch_survives_save_and_load(tmp_path):
+    model, args = CondChains(), (torch.randn(64, 33), torch.randn(64, 33))
+    program = tp.compile(model, args)
+    program.save(tmp_path / "cond.tplan")
+    loaded = tp.load(tmp_path / "cond.tplan")
+    assert loaded.schedule.reuses == program.schedule.reuses
+    assert loaded.plan.arena_bytes == program.plan.arena_bytes
+    torch.testing.assert_close(loaded.run(*args), model(*args))

@@ -12,7 +12,7 @@ both called with the operand list at position 3; its outputs are the taken branc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +74,17 @@ def control_flow_op(node: torch.fx.Node) -> ControlFlowOp | None:
     if node.op != "call_function":
         return None
     return CONTROL_FLOW_OPS.get(node.target)
+
+
+def graph_modules(module: torch.fx.GraphModule, prefix: str = ""
+                  ) -> Iterator[tuple[torch.fx.GraphModule, str]]:
+    """The module and every control-flow subgraph module inside it, depth first, each with
+    its value-name prefix (``""`` at the top, ``"<submodule>/"`` inside)."""
+    yield module, prefix
+    for node in module.graph.nodes:
+        described = control_flow_op(node)
+        for sub in described.subgraph_nodes(node) if described is not None else ():
+            yield from graph_modules(getattr(module, sub.target), f"{prefix}{sub.target}/")
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:

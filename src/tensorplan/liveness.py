@@ -12,7 +12,7 @@ Worked example (``x -> relu -> neg -> output``; steps 0..3):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +20,7 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from .alias import AliasTable
-from .control_flow import control_flow_op
+from .control_flow import control_flow_op, graph_modules
 from .order import scheduled_nodes
 
 
@@ -56,14 +56,6 @@ def _subgraphs(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The ``get_attr`` nodes of a control-flow node's subgraphs (none for other nodes)."""
     described = control_flow_op(node)
     return described.subgraph_nodes(node) if described is not None else []
-
-
-def _graphs(module: torch.fx.GraphModule, prefix: str) -> Iterator[tuple[str, torch.fx.Graph,
-                                                                          torch.fx.GraphModule]]:
-    yield prefix, module.graph, module
-    for node in module.graph.nodes:
-        for sub in _subgraphs(node):
-            yield from _graphs(getattr(module, sub.target), f"{prefix}{sub.target}/")
 
 
 def _regions(nodes: Sequence[torch.fx.Node], prefix: str) -> tuple[RegionUse, ...]:
@@ -104,6 +96,6 @@ def lifetimes(program: ExportedProgram, alias: AliasTable,
     Steps of the top-level graph follow ``schedule`` (its node names in run order) when given,
     its graph order otherwise; subgraphs always run in their graph order.
     """
-    return {prefix: _graph_lifetimes(scheduled_nodes(graph, schedule if not prefix else None),
-                                     prefix, alias)
-            for prefix, graph, _ in _graphs(program.graph_module, "")}
+    return {prefix: _graph_lifetimes(
+                scheduled_nodes(module.graph, schedule if not prefix else None), prefix, alias)
+            for module, prefix in graph_modules(program.graph_module)}

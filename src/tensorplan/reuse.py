@@ -35,6 +35,7 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from .alias import AliasTable, MergedStorages
+from .control_flow import graph_modules
 from .layout import same_layout, size_expression
 from .schemas import inplace_variant, is_view
 from .spec import SpecTable, TensorSpec
@@ -90,30 +91,36 @@ class _Walk:
     storages: MergedStorages
     last_read: dict[int, int]  # storage -> last step any of its values is read
     dense: set[str]            # values that cover their storage densely from its start
+    prefix: str = ""           # the graph walked: "" at the top, "<submodule>/" inside
+
+    def name(self, node: torch.fx.Node) -> str:
+        """The value name of a node of the graph walked."""
+        return self.prefix + node.name
 
 
-def last_reads(nodes: Sequence[torch.fx.Node], alias: AliasTable) -> dict[int, int]:
-    """Storage -> the last step (position in ``nodes``) that defines or reads one of its
-    values; ``len(nodes)`` for graph outputs."""
+def last_reads(nodes: Sequence[torch.fx.Node], alias: AliasTable,
+               prefix: str = "") -> dict[int, int]:
+    """Storage -> the last step (position in ``nodes``, a graph whose value names start with
+    ``prefix``) that defines or reads one of its values; ``len(nodes)`` for graph outputs."""
     position = {node: i for i, node in enumerate(nodes)}
     last: dict[int, int] = {}
     for step, node in enumerate(nodes):
         reads = [len(nodes) if u.op == "output" else position[u] for u in node.users]
-        for storage in alias.storage_ids(node.name):
+        for storage in alias.storage_ids(prefix + node.name):
             last[storage] = max(last.get(storage, step), step, *reads)
     return last
 
 
 def _first_members(alias: AliasTable, nodes: Sequence[torch.fx.Node],
-                   specs: SpecTable) -> set[str]:
+                   specs: SpecTable, prefix: str) -> set[str]:
     """Values that cover their storage densely from its start: each storage's first value,
     and views laid out densely at its start."""
     dense = {s.values[0] for s in alias.storages.values() if s.values}
     for node in nodes:
-        spec = specs.spec_of(node.name)
+        spec = specs.spec_of(prefix + node.name)
         if isinstance(node.target, torch._ops.OpOverload) and is_view(node.target) and \
                 spec is not None and _dense_view(node, spec):
-            dense.add(node.name)
+            dense.add(prefix + node.name)
     return dense
 
 
@@ -121,8 +128,8 @@ def _covers_storage(walk: _Walk, node: torch.fx.Node) -> bool:
     """The value covers its storage densely from its start (a getitem: its item does)."""
     if node.target is operator.getitem:
         source, index = node.args
-        return f"{source.name}[{index}]" in walk.dense
-    return node.name in walk.dense
+        return f"{walk.name(source)}[{index}]" in walk.dense
+    return walk.name(node) in walk.dense
 
 
 def _candidate(walk: _Walk, node: torch.fx.Node, step: int, position: int,
@@ -131,58 +138,69 @@ def _candidate(walk: _Walk, node: torch.fx.Node, step: int, position: int,
     arg = node.args[position] if position < len(node.args) else None
     if not isinstance(arg, torch.fx.Node) or not _covers_storage(walk, arg):
         return None
-    storage = walk.storages.of(arg.name)
-    spec = walk.specs.spec_of(arg.name)
+    storage = walk.storages.of(walk.name(arg))
+    spec = walk.specs.spec_of(walk.name(arg))
     if storage is None or spec is None or not same_memory_layout(spec, out):
         return None
     kept = walk.storages.alias.storages[storage]
-    if kept.kind not in ("activation", "input") or kept.graph or walk.last_read[storage] != step:
+    if kept.kind not in ("activation", "input") or kept.graph != walk.prefix \
+            or walk.last_read[storage] != step:
         return None
     others = [a for a in node.all_input_nodes if a is not arg]
-    if any(walk.storages.of(a.name) == storage for a in others):
+    if any(walk.storages.of(walk.name(a)) == storage for a in others):
         return None
     return storage
 
 
 def _output(walk: _Walk, node: torch.fx.Node) -> tuple[str, int] | None:
     """The node's first output value and its storage, when that is a fresh activation."""
-    entry = walk.specs.get(node.name)
-    value = f"{node.name}[0]" if isinstance(entry, tuple) else node.name
+    entry = walk.specs.get(walk.name(node))
+    value = f"{walk.name(node)}[0]" if isinstance(entry, tuple) else walk.name(node)
     storage = walk.storages.of(value)
     if storage is None:
         return None
     kept = walk.storages.alias.storages[storage]
-    fresh = kept.kind == "activation" and not kept.graph
+    fresh = kept.kind == "activation" and kept.graph == walk.prefix
     return (value, storage) if fresh and walk.storages.values[storage][0] == value else None
 
 
 def reuse_storages(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
                    schedule: Sequence[str]) -> tuple[AliasTable, tuple[Reuse, ...]]:
     """The alias table with every output that may take over a dying argument's storage moved
-    into it, walking the top-level graph in ``schedule`` order; and the reuses made.
+    into it, walking the top-level graph in ``schedule`` order and each control-flow subgraph
+    in its graph order (only over storages of that subgraph: its inputs are its caller's);
+    and the reuses made.
 
     Pure: the program and the given table are not modified.
     """
-    by_name = {node.name: node for node in program.graph.nodes}
-    nodes = [by_name[name] for name in schedule]
-    walk = _Walk(specs, MergedStorages(alias), last_reads(nodes, alias),
-                 _first_members(alias, nodes, specs))
+    storages, reuses = MergedStorages(alias), []
+    for module, prefix in graph_modules(program.graph_module):
+        by_name = {node.name: node for node in module.graph.nodes}
+        nodes = [by_name[name] for name in schedule] if not prefix else list(module.graph.nodes)
+        walk = _Walk(specs, storages, last_reads(nodes, storages.table(), prefix),
+                     _first_members(storages.table(), nodes, specs, prefix), prefix)
+        reuses += _walk_graph(walk, nodes)
+    return storages.table(), tuple(reuses)
+
+
+def _walk_graph(walk: _Walk, nodes: Sequence[torch.fx.Node]) -> list[Reuse]:
+    """The reuses of one graph's walk, made in ``walk.storages`` as they are found."""
     reuses = []
     for step, node in enumerate(nodes):
         if not isinstance(node.target, torch._ops.OpOverload) or node.meta.get(
                 "unbacked_bindings"):
             continue
         output = _output(walk, node)
-        out_spec = specs.spec_of(output[0]) if output else None
+        out_spec = walk.specs.spec_of(output[0]) if output else None
         if out_spec is None:
             continue
         for position in overwritable_arguments(node.target):
             storage = _candidate(walk, node, step, position, out_spec)
             if storage is not None:
                 _take_over(walk, output, storage)
-                reuses.append(Reuse(output[0], node.args[position].name, storage))
+                reuses.append(Reuse(output[0], walk.name(node.args[position]), storage))
                 break
-    return walk.storages.table(), tuple(reuses)
+    return reuses
 
 
 def _take_over(walk: _Walk, output: tuple[str, int], storage: int) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ import torch
 import torch.fx
 
 from ..alias import Slice
-from ..control_flow import control_flow_op
+from ..control_flow import control_flow_op, graph_modules
 from ..errors import UnsupportedOpError
 from ..fold import NOTHING_FOLDED, Folded
 from ..order import scheduled_nodes
@@ -327,20 +327,11 @@ def lower_graph(module: torch.fx.GraphModule, prefix: str, facts: ProgramFacts,
     return tuple(rows)
 
 
-def _graphs(module: torch.fx.GraphModule, prefix: str
-            ) -> Iterator[tuple[torch.fx.GraphModule, str]]:
-    yield module, prefix
-    for node in module.graph.nodes:
-        described = control_flow_op(node)
-        for sub in described.subgraph_nodes(node) if described is not None else ():
-            yield from _graphs(getattr(module, sub.target), f"{prefix}{sub.target}/")
-
-
 def lower_program(module: torch.fx.GraphModule, facts: ProgramFacts,
                   order: Sequence[str] | None = None) -> tuple[Lowered, ...]:
     """The lowering table of a program: its top-level graph in ``order``, then every
     subgraph."""
-    return tuple(row for graph, prefix in _graphs(module, "")
+    return tuple(row for graph, prefix in graph_modules(module)
                  for row in lower_graph(graph, prefix, facts, None if prefix else order))
 
 

@@ -165,7 +165,7 @@ def test_subgraph_storages_sit_in_their_region(browser, tmp_path):
     write_html(program, tmp_path / "page.html", "branches")
     data = _open(browser, tmp_path / "page.html")
     (region,) = data["regions"]
-    exp = next(s for s in data["storages"] if s["values"] == ["true_graph_0/exp"])
+    exp = next(s for s in data["storages"] if s["values"][0] == "true_graph_0/exp")
     assert region["x0"] <= exp["x0"] < exp["x1"] <= (region["x0"] + region["x1"]) / 2
     lines = _hover(browser, exp["id"]).splitlines()
     assert lines[2] == f"lifetime: steps [{exp['start']}, {exp['end']}) of true_graph_0/"

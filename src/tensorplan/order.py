@@ -20,7 +20,8 @@ Worked example: ``a = x.exp(); b = x.sin(); c = a.sum(); d = b.sum()`` exported 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TypeVar
 
 import torch.fx
 
@@ -103,23 +104,39 @@ def memory_greedy_order(graph: torch.fx.Graph, alias: AliasTable) -> Order:
     return (*order, output.name)
 
 
+Item = TypeVar("Item", bound=Hashable)
+
+
+def post_order(roots: Iterable[Item], inputs_of: Callable[[Item], Sequence[Item]],
+               done: set[Item]) -> list[Item]:
+    """Every root and everything it reads (``inputs_of``, transitively), each after its
+    inputs, depth first in the roots' and the inputs' order; items in ``done`` are skipped,
+    and ``done`` gains every item listed.
+
+    >>> post_order(["c"], {"c": ["a", "b"], "b": ["a"], "a": []}.__getitem__, set())
+    ['a', 'b', 'c']
+    """
+    order: list[Item] = []
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            item, expanded = stack.pop()
+            if item in done:
+                continue
+            if expanded:
+                done.add(item)
+                order.append(item)
+                continue
+            stack.append((item, True))
+            stack.extend((i, False) for i in reversed(inputs_of(item)) if i not in done)
+    return order
+
+
 def depth_first_order(graph: torch.fx.Graph) -> Order:
     """Post-order from the outputs; nodes no output needs run right after their last input."""
     placeholders, body, output = _split(graph)
     done = {node for node in placeholders}
-    order: list[torch.fx.Node] = []
-    stack: list[tuple[torch.fx.Node, bool]] = [(n, False) for n in reversed(
-        output.all_input_nodes)]
-    while stack:
-        node, expanded = stack.pop()
-        if node in done:
-            continue
-        if expanded:
-            done.add(node)
-            order.append(node)
-            continue
-        stack.append((node, True))
-        stack.extend((n, False) for n in reversed(node.all_input_nodes) if n not in done)
+    order = post_order(output.all_input_nodes, lambda n: n.all_input_nodes, done)
     for node in body:
         if node not in done:
             after = max((order.index(n) for n in node.all_input_nodes if n in order),

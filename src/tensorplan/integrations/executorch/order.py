@@ -22,6 +22,8 @@ from typing import Any
 
 import torch.fx
 
+from tensorplan.order import post_order
+
 from .links import StorageGroups, mutable_buffer_specs, spec_references
 
 Order = list[torch.fx.Node]  # every node of the graph, in run order
@@ -160,23 +162,9 @@ def _memory_greedy(graph: torch.fx.Graph, graph_signature: Any, planned: frozens
 def _depth_first(units: Sequence[torch.fx.Node],
                  before: dict[torch.fx.Node, list[torch.fx.Node]],
                  output: torch.fx.Node) -> list[torch.fx.Node]:
-    order: list[torch.fx.Node] = []
-    seen: set[torch.fx.Node] = set()
     unit_set = set(units)
     roots = [a for a in output.all_input_nodes if a in unit_set] + list(units)
-    for root in roots:
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in seen:
-                continue
-            if expanded:
-                seen.add(node)
-                order.append(node)
-                continue
-            stack.append((node, True))
-            stack += [(b, False) for b in reversed(before[node]) if b not in seen]
-    return order
+    return post_order(roots, before.__getitem__, set())
 
 
 def candidate_orders(graph: torch.fx.Graph, graph_signature: Any,

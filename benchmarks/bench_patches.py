@@ -93,9 +93,6 @@ def measure(name: str, build: Callable[[], Example], runs: int) -> Row:
     return Row(name, off, on, seconds, tuple(results), equal, times)
 
 
-def _ratio(a: float, b: float | None) -> str:
-    return f"{a / b:.2f}x" if b else "n/a"
-
 
 def table(rows: Sequence[Row]) -> str:
     header = ["model", "arena, patches off (B)", "arena, patches auto (B)", "on / off",
@@ -107,13 +104,13 @@ def table(rows: Sequence[Row]) -> str:
         best_arena = best.arena if best else None
         lines.append("| " + " | ".join([
             row.model, str(row.off.plan.arena_bytes), str(row.on.plan.arena_bytes),
-            _ratio(row.on.plan.arena_bytes, row.off.plan.arena_bytes),
+            common.ratio(row.on.plan.arena_bytes, row.off.plan.arena_bytes),
             f"{best_arena} ({best.config})" if best else "none loads",
-            _ratio(row.on.plan.arena_bytes, best_arena), chosen.split or "(none)",
+            common.ratio(row.on.plan.arena_bytes, best_arena), chosen.split or "(none)",
             f"{chosen.grid[0]}x{chosen.grid[1]}", f"{chosen.overhead:.2f}x",
             "yes" if row.equal else "NO",
-            f"{row.times['eager']:.1f}; {_ratio(row.times['off'], row.times['eager'])} → "
-            f"{_ratio(row.times['on'], row.times['eager'])}", f"{row.seconds:.0f}"]) + " |")
+            f"{row.times['eager']:.1f}; {common.ratio(row.times['off'], row.times['eager'])} → "
+            f"{common.ratio(row.times['on'], row.times['eager'])}", f"{row.seconds:.0f}"]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -128,8 +125,9 @@ def summary(rows: Sequence[Row]) -> str:
     mobilenet = ratios.get("mobilenet_v2_160")
     missed = sorted(name for name, ratio in ratios.items() if ratio > TARGET_CNN)
     overhead = max(row.on.patching.chosen.overhead for row in rows)
-    return (f"**Summary**: with `patches=\"auto\"`, MobileNetV2 at 160x160 plans "
-            f"{mobilenet:.2f}x of ExecuTorch's best (target <= {TARGET_MOBILENET_160:.2f}x); "
+    first = ("not measured" if mobilenet is None else
+             f"{mobilenet:.2f}x of ExecuTorch's best (target <= {TARGET_MOBILENET_160:.2f}x)")
+    return (f"**Summary**: with `patches=\"auto\"`, MobileNetV2 at 160x160 plans {first}; "
             f"median over {len(ratios)} CNNs {statistics.median(ratios.values()):.2f}x, above "
             f"{TARGET_CNN:.2f}x: {', '.join(missed) or 'none'}; largest multiply-add overhead "
             f"{overhead:.2f}x (budget 1.25x); every program equal to eager: "

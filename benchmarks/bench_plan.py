@@ -149,21 +149,13 @@ def best(row: Row) -> ExecuTorchResult | None:
     return common.best_result(row.executorch)
 
 
-def _ratio(numerator: float, denominator: float | None) -> str:
-    return f"{numerator / denominator:.2f}x" if denominator else "n/a"
-
-
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def _latency_cell(latency: Latency | str) -> str:
     if isinstance(latency, str):
         return latency
-    return (f"{latency.eager:.2f} ms: {_ratio(latency.before, latency.eager)} → "
-            f"{_ratio(latency.after, latency.eager)}")
+    return (f"{latency.eager:.2f} ms: {common.ratio(latency.before, latency.eager)} → "
+            f"{common.ratio(latency.after, latency.eager)}")
 
 
 def comparison_table(rows: Sequence[Row], with_executorch: bool) -> str:
@@ -178,13 +170,13 @@ def comparison_table(rows: Sequence[Row], with_executorch: bool) -> str:
     for row in rows:
         plan = row.plan
         line = [row.model, str(plan.baseline_bound_bytes), str(plan.arena_bytes),
-                _ratio(plan.arena_bytes, plan.baseline_bound_bytes)]
+                common.ratio(plan.arena_bytes, plan.baseline_bound_bytes)]
         if with_executorch:
             line += _executorch_cells(row)
         line += [f"{plan.baseline_constant_bytes} → {plan.constant_bytes}", plan.order,
                  _latency_cell(row.latency)]
         cells.append(line)
-    return _markdown(header, cells)
+    return common.markdown(header, cells)
 
 
 def _executorch_cells(row: Row) -> list[str]:
@@ -194,8 +186,8 @@ def _executorch_cells(row: Row) -> list[str]:
         return [greedy_cell, "none loads", "n/a", "n/a", "n/a"]
     plan = row.plan
     return [greedy_cell, str(chosen.arena), chosen.config + (" (†)" if chosen.failed else ""),
-            _ratio(plan.arena_bytes, chosen.arena),
-            _ratio(plan.arena_bytes + plan.constant_bytes,
+            common.ratio(plan.arena_bytes, chosen.arena),
+            common.ratio(plan.arena_bytes + plan.constant_bytes,
                    (chosen.arena or 0) + (chosen.constants or 0))]
 
 
@@ -207,8 +199,8 @@ def techniques_table(rows: Sequence[Row]) -> str:
     for row in rows:
         arenas = [*row.techniques, row.plan.arena_bytes]
         cells.append([row.model, str(row.off_arena)]
-                     + [f"{arena} ({_ratio(arena, row.off_arena)})" for arena in arenas])
-    return _markdown(header, cells)
+                     + [f"{arena} ({common.ratio(arena, row.off_arena)})" for arena in arenas])
+    return common.markdown(header, cells)
 
 
 def details_table(rows: Sequence[Row]) -> str:
@@ -218,7 +210,7 @@ def details_table(rows: Sequence[Row]) -> str:
     cells = [[row.model, str(len(row.plan.storages)), str(row.plan.lower_bound_bytes),
               f"{row.plan.arena_bytes / row.plan.lower_bound_bytes:.4f}", f"{row.seconds:.2f}",
               row.peak] for row in rows]
-    return _markdown(header, cells)
+    return common.markdown(header, cells)
 
 
 def executorch_table(rows: Sequence[Row]) -> str:
@@ -232,7 +224,7 @@ def executorch_table(rows: Sequence[Row]) -> str:
             failure = f"{result.failed} failed: {result.reason}" if result.failed else ""
             line.append("; ".join(filter(None, [sizes, failure])))
         cells.append(line)
-    return _markdown(header, cells)
+    return common.markdown(header, cells)
 
 
 def summary(rows: Sequence[Row]) -> str:

@@ -105,14 +105,6 @@ def measure(name: str, runs: int) -> Row:
                times)
 
 
-def _ratio(numerator: float | None, denominator: float | None) -> str:
-    return f"{numerator / denominator:.2f}x" if numerator is not None and denominator else "n/a"
-
-
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def _equal_cell(result: ExecuTorchResult) -> str:
@@ -123,7 +115,7 @@ def _time_cell(times: dict[str, float] | None) -> str:
     if times is None:
         return "n/a"
     return (f"{times['tensorplan']:.2f} / {times['executorch']:.2f} ms "
-            f"({_ratio(times['tensorplan'], times['executorch'])})")
+            f"({common.ratio(times['tensorplan'], times['executorch'])})")
 
 
 def _plan_cells(shipped: Shipped) -> list[str]:
@@ -149,13 +141,13 @@ def table(rows: Sequence[Row]) -> str:
                 str(greedy.arena) if greedy.arena is not None else f"{greedy.failed} failed",
                 str(best_arena) if chosen else "none loads",
                 chosen.config + (" (†)" if chosen.failed else "") if chosen else "n/a",
-                _ratio(row.shipped.arena_bytes if row.shipped else None, best_arena),
-                _ratio(row.shipped.arena_bytes + row.shipped.constant_bytes
+                common.ratio(row.shipped.arena_bytes if row.shipped else None, best_arena),
+                common.ratio(row.shipped.arena_bytes + row.shipped.constant_bytes
                        if row.shipped else None,
                        (best_arena or 0) + (chosen.constants or 0) if chosen else None),
                 _equal_cell(row.result), _time_cell(row.times), f"{row.seconds:.1f}"]
         cells.append(line)
-    return _markdown(header, cells)
+    return common.markdown(header, cells)
 
 
 def summary(rows: Sequence[Row]) -> str:

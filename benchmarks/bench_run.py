@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import common
 import torch
 from common import (
     WARM_UP,
@@ -302,11 +303,6 @@ def measure(name: str, runs: int, with_executorch: bool,
 
 
 # --- tables ----------------------------------------------------------------------------------
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
 
 def _ms(value: float) -> str:
     return f"{value:.3f}"
@@ -341,7 +337,7 @@ def latency_table(rows: Sequence[Latency], runs: int, with_executorch: bool) -> 
             f"with `reuse=False, reorder=False, fold=False` (one buffer per value, the exported "
             f"order, no folded constants: the plan before issue 11). "
             f"Target: run / eager <= 1.2x.\n\n")
-    return note + _markdown(header, cells)
+    return note + common.markdown(header, cells)
 
 
 def _fallback_cell(fallbacks: dict[str, int]) -> str:
@@ -401,7 +397,7 @@ def coverage_table(rows: Sequence[Coverage], runs: int) -> str:
             "eager process also imports `transformers` for `hf_*` models, the tensorplan one "
             "only `tp.load`-s the saved program); RSS growth is the resident set after the "
             "calls minus before them.\n\n")
-    return note + _markdown(header, cells)
+    return note + common.markdown(header, cells)
 
 
 def _failures_note(failures: dict[str, str]) -> str:

@@ -189,6 +189,18 @@ def medians(methods: dict[str, Callable[[], Any]], runs: int) -> dict[str, float
     return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
+def ratio(numerator: float | None, denominator: float | None) -> str:
+    """``numerator / denominator`` as ``0.67x``, or ``n/a`` when either is missing or 0."""
+    return f"{numerator / denominator:.2f}x" if numerator is not None and denominator else "n/a"
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table of the header and the rows of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def emit(text: str, out: str | None) -> None:
     """Print a result table, and write it to ``out`` when given."""
     print(text, end="")

@@ -39,7 +39,7 @@ class Chain(torch.nn.Module):
 def test_failing_schedule_step_names_stage_node_op_shapes_and_advice(monkeypatch):
     bug = IndexError("list index out of range")
 
-    def slices(node, specs):
+    def slices(node, specs, prefix):
         raise bug
     monkeypatch.setattr(concat, "_slices", slices)
     with pytest.raises(tp.InternalError) as info:
@@ -155,7 +155,7 @@ def test_export_failures_stay_capture_errors():
 
 
 def test_keyboard_interrupt_passes_through(monkeypatch):
-    def slices(node, specs):
+    def slices(node, specs, prefix):
         raise KeyboardInterrupt
     monkeypatch.setattr(concat, "_slices", slices)
     with pytest.raises(KeyboardInterrupt):

@@ -253,3 +253,28 @@ def test_reuse_inside_a_branch_survives_save_and_load(tmp_path):
     assert loaded.schedule.reuses == program.schedule.reuses
     assert loaded.plan.arena_bytes == program.plan.arena_bytes
     torch.testing.assert_close(loaded.run(*args), model(*args))
+
+
+class CondConcat(torch.nn.Module):
+    """A ``cond`` whose true branch concatenates two values made only for the ``cat``."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda a, b: torch.cat([a.sin(), b.cos()], 1).sum(1),
+                          lambda a, b: (a - b).sum(1), (x * 2, y)) + 1
+
+
+def test_a_cat_inside_a_cond_branch_makes_its_inputs_in_its_slices():
+    model, args = CondConcat(), (torch.randn(64, 33), torch.randn(64, 33))
+    program = tp.compile(model, args)
+    program.plan.verify()
+    slices = {v: s.offset for v, s in program.alias.slices.items()}
+    assert slices == {"true_graph_0/sin": 0, "true_graph_0/cos": 33 * 4}
+    assert storage(program, "true_graph_0/sin") == storage(program, "true_graph_0/cat")
+    rows = {r.name: r.kind.value for r in program.lowering()}
+    assert rows["true_graph_0/cat"] == "in slices"
+    # sin and cos (64x33 floats each) no longer sit beside the cat's 64x66
+    assert program.plan.arena_bytes == program.plan.lower_bound_bytes == 34320
+    assert tp.compile(model, args, reuse=False).plan.arena_bytes == 50960
+    for sign in (1, -1):
+        inputs = (args[0].abs() * sign, args[1])
+        torch.testing.assert_close(program.run(*inputs), model(*inputs))

@@ -53,6 +53,34 @@ def test_folding_that_would_grow_constants_and_arena_is_not_done():
     torch.testing.assert_close(prog.run(x), model(x))
 
 
+class ShapeMask(torch.nn.Module):
+    """A causal mask made from the scores' *shape* (``ones_like`` reads no element of them)."""
+
+    def forward(self, q, k):
+        scores = q @ k.transpose(1, 2)
+        keep = torch.ones_like(scores).tril().bool()
+        return scores.masked_fill(~keep, 0.0).exp()
+
+
+def test_a_mask_built_from_a_static_shape_is_folded():
+    model, args = ShapeMask(), (torch.randn(2, 64, 16), torch.randn(2, 64, 16))
+    prog = tp.compile(model, args)
+    plain = tp.compile(model, args, fold=False)
+    for p in (prog, plain):
+        torch.testing.assert_close(p.run(*args), model(*args))
+        p.plan.verify()
+    rows = kinds(prog)
+    assert rows["full_like"] == "folded away" and rows["bitwise_not"] == "folded"
+    assert set(prog.folded.kept) == {"bitwise_not", "scalar_tensor_1"}
+    # the 2x64x64 bool mask and the 0.0 scalar are constants; q, k and the scores are all the
+    # arena holds, where run as exported the float ones_like and the bool mask sit beside
+    # the scores
+    scores, inputs = 2 * 64 * 64 * 4, 2 * 2 * 64 * 16 * 4
+    assert prog.plan.constant_bytes == 2 * 64 * 64 + 4
+    assert prog.plan.arena_bytes == prog.plan.lower_bound_bytes == inputs + scores
+    assert plain.plan.arena_bytes == 2 * scores + 2 * 64 * 64
+
+
 class TwoBranches(torch.nn.Module):
     """Two wide matmuls of one input, each summed: exported, both products are live at once."""
 

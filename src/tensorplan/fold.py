@@ -2,10 +2,12 @@
 
 A top-level node is *folded* when it is an ATen op that is not random
 (``torch.Tag.nondeterministic_seeded``), every node it reads is a constant (a parameter, a
-never-written buffer, a lifted constant) or folded itself, and its outputs have static sizes
+never-written buffer, a lifted constant) or folded itself — or it reads its tensor arguments
+only for their sizes and options (``full_like``, ``new_ones``: ``schemas.reads_only_metadata``)
+and those are static — and its outputs have static sizes
 (or it has none: a check such as ``_assert_tensor_metadata`` on folded values is made here,
 once):
-a causal mask from ``arange``/``full``, rotary tables, a relative-position bias, a weight
+a causal mask from ``arange``/``full`` or ``ones_like(scores).tril()``, rotary tables, a relative-position bias, a weight
 transpose. Folded values are computed here with the program's real constants; the ones that
 something else still reads (the *frontier*) are kept as constants, out of the arena and out of
 every run; the rest are never needed again.
@@ -30,7 +32,7 @@ from torch.export import ExportedProgram
 
 from .errors import UnsupportedOpError
 from .roles import Roles
-from .schemas import is_view
+from .schemas import is_view, reads_only_metadata
 from .spec import SpecTable, TensorSpec
 
 
@@ -68,21 +70,35 @@ def _static(entry: object) -> bool:
         s is None or (isinstance(s, TensorSpec) and not s.is_dynamic) for s in items)
 
 
+def _metadata_only(node: torch.fx.Node, specs: SpecTable) -> bool:
+    """A factory reading only the sizes and options of its tensor arguments, all static."""
+    return reads_only_metadata(node.target) and all(
+        _static(specs.get(n.name)) for n in node.all_input_nodes)
+
+
 def _foldable(node: torch.fx.Node, specs: SpecTable, known: set[str]) -> bool:
-    """An ATen op, not random, whose inputs are all known and whose outputs are static
-    tensors, or a check with no output (``_assert_tensor_metadata``), checked here once."""
+    """An ATen op, not random, whose inputs are all known (or read only for their static
+    sizes) and whose outputs are static tensors, or a check with no output
+    (``_assert_tensor_metadata``), checked here once."""
     op = node.target
-    check = isinstance(op, torch._ops.OpOverload) and not op._schema.returns \
-        and bool(node.all_input_nodes)
-    return (node.op == "call_function" and isinstance(op, torch._ops.OpOverload)
-            and torch.Tag.nondeterministic_seeded not in op.tags
-            and not node.meta.get("unbacked_bindings")
-            and (check or _static(specs.get(node.name)))
-            and all(n.name in known for n in node.all_input_nodes))
+    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) \
+            or torch.Tag.nondeterministic_seeded in op.tags or node.meta.get("unbacked_bindings"):
+        return False
+    check = not op._schema.returns and bool(node.all_input_nodes)
+    return (check or _static(specs.get(node.name))) and (
+        all(n.name in known for n in node.all_input_nodes) or _metadata_only(node, specs))
+
+
+def _stand_in(node: torch.fx.Node) -> torch.Tensor:
+    """An uninitialised tensor with the traced sizes, strides and dtype of ``node``: what a
+    factory that reads only metadata is given in place of a run-time value."""
+    value = node.meta["val"]
+    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
 
 
 def _evaluate(node: torch.fx.Node, values: Mapping[str, object]) -> object:
-    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: values[n.name])
+    args, kwargs = torch.fx.node.map_arg(
+        (node.args, node.kwargs), lambda n: values[n.name] if n.name in values else _stand_in(n))
     try:
         with torch.no_grad():
             return node.target(*args, **kwargs)

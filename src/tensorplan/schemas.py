@@ -47,3 +47,17 @@ def is_view(op: torch._ops.OpOverload) -> bool:
     returns = op._schema.returns
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
                                  for r in returns)
+
+
+# The keyword arguments of every ATen factory (its TensorOptions).
+_FACTORY_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
+
+
+def reads_only_metadata(op: torch._ops.OpOverload) -> bool:
+    """True for the factories that take their sizes and options from a tensor argument and
+    read none of its elements: ATen's ``*_like`` and ``new_*`` families (``full_like``,
+    ``zeros_like``, ``new_ones``), recognised by a factory's keyword arguments and those
+    names; random ones (``rand_like``) are factories too but are never folded."""
+    name = op._schema.name.partition("::")[2]
+    options = {a.name for a in op._schema.arguments if a.kwarg_only}
+    return _FACTORY_OPTIONS <= options and (name.endswith("_like") or name.startswith("new_"))

@@ -130,6 +130,77 @@ def test_patches_must_be_auto_or_a_grid(bad) -> None:
         tp.compile(model, (x,), patches=bad)
 
 
+class Excite(torch.nn.Module):
+    """A stem, a depthwise convolution, a squeeze-and-excitation gate (a mean over the image,
+    two 1x1 convolutions), a strided projection, then a second gate over the projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, 2, 1)
+        self.dw = torch.nn.Conv2d(8, 8, 3, 1, 1, groups=8)
+        self.fc1, self.fc2 = torch.nn.Conv2d(8, 2, 1), torch.nn.Conv2d(2, 8, 1)
+        self.proj = torch.nn.Conv2d(8, 16, 3, 2, 1)
+        self.gate = torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.silu(self.dw(F.silu(self.stem(x))))
+        h = h * torch.sigmoid(self.fc2(F.silu(self.fc1(h.mean((2, 3), keepdim=True)))))
+        h = self.proj(h)
+        g = torch.sigmoid(self.gate(h.sum((-1, -2)))).view(2, 16, 1, 1)  # keepdim=False
+        return self.head((h * g).relu().mean((2, 3)))
+
+
+def _excite(channels_last: bool):
+    torch.manual_seed(0)
+    model, x = Excite().eval(), torch.randn(2, 3, 37, 41)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
+    return model, x
+
+
+def test_a_split_past_a_spatial_mean_runs_the_mean_and_its_gate_once() -> None:
+    model, x = _excite(False)
+    found = {s.node: s for s in patches.splits(tp.capture(model, (x,)))}
+    after = found["mul_3"]  # the gated map, past the first mean
+    assert after.once == ("mean", "convolution_2", "sigmoid_2", "mul_2", "convolution_3",
+                          "sigmoid_3")
+    assert "mean" not in after.region and after.region[-1] == "mul_3"
+    assert found["relu"].once[-1] == "view" and "sum_1" in found["relu"].once
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("grid", [(3, 2), (4, 5)])
+@pytest.mark.parametrize("split", ["mul_3", "convolution_4", "relu"])
+def test_a_patched_program_with_gates_equals_eager(split, grid, channels_last) -> None:
+    model, x = _excite(channels_last)
+    program = tp.capture(model, (x,))
+    chosen = next(s for s in patches.splits(program) if s.node == split)
+    patched = patches.patch_program(program, chosen, grid)
+    # each mean over the image is the sum of its tiles: one sum per tile, per reduction
+    sums = [n for n in patched.graph.nodes if n.target is torch.ops.aten.sum.dim_IntList]
+    reductions = sum(patches._reduces_space(n) for n in program.graph.nodes
+                     if n.name in chosen.once)
+    assert len(sums) == reductions * grid[0] * grid[1] + (split != "relu")
+    torch.testing.assert_close(patched.module()(x), model(x))
+    compiled = tp.compile(model, (x,), patches=grid)
+    torch.testing.assert_close(compiled.run(x), model(x))
+
+
+def test_each_spatial_reduction_costs_one_more_pass_over_its_prefix() -> None:
+    model, x = _excite(False)
+    program = tp.capture(model, (x,))
+    found = {s.node: s for s in patches.splits(program)}
+    before, after = patches.overhead(program, found["mul_1"], (1, 1)), \
+        patches.overhead(program, found["mul_3"], (1, 1))
+    assert before == 1.0  # one tile, no reduction: the program as it was
+    # past the mean, the stem and the depthwise convolution run once more, over the image
+    nodes = {n.name: n for n in program.graph.nodes}
+    again = patches._conv_macs(nodes["convolution"]) + patches._conv_macs(nodes["convolution_1"])
+    assert after == pytest.approx(1.0 + again / patches.multiply_adds(program))
+
+
 @pytest.mark.slow
 def test_mobilenet_v2_patched_fits_in_under_a_third() -> None:
     from tensorplan import zoo
@@ -140,6 +211,21 @@ def test_mobilenet_v2_patched_fits_in_under_a_third() -> None:
     assert program.plan.arena_bytes <= 0.33 * 903_360  # ExecuTorch's best configuration
     with torch.no_grad():
         torch.testing.assert_close(program.run(*example.args), example.model(*example.args))
+
+
+@pytest.mark.slow
+def test_efficientnet_b0_patched_through_its_gates_is_under_the_target() -> None:
+    from tensorplan.vision_models import import_torchvision
+
+    torch.manual_seed(0)
+    model = import_torchvision().models.efficientnet_b0(weights=None).eval()
+    x = torch.randn(1, 3, 224, 224)
+    program = tp.compile(model, (x,), patches=(3, 3))
+    chosen = program.patching.chosen
+    assert chosen.split == "mul_5" and chosen.overhead <= 1.05  # just before the second gate
+    assert program.plan.arena_bytes <= 0.30 * 14_450_688  # ExecuTorch's best configuration
+    with torch.no_grad():
+        torch.testing.assert_close(program.run(x), model(x))
 
 
 def test_cli_plan_prints_the_candidates(capsys) -> None:

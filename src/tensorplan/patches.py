@@ -17,6 +17,13 @@ value for a pad), added with ``constant_pad_nd``; the op then runs with no paddi
 So the image border is padded exactly where the original padded it, and nowhere else.
 Pointwise ops and inference batch norm take the same region of each spatial input.
 
+Global reductions (a squeeze-and-excitation block's ``mean`` over the image) are exact too: the
+prefix may hold a ``mean`` or ``sum`` over the two spatial dims of a per-patch value and the
+ops that follow it on its small result alone (the gate: 1x1 convolutions, activations). They
+run *once*, before the patches: the reduced value is computed patch by patch over a partition
+of its extent (its own receptive fields, one more pass over that part of the prefix, counted
+in the multiply-adds) and summed; the gate is then an input of every patch, like a weight.
+
 Worked example: ``conv3x3(pad 1) -> relu -> conv3x3(stride 2, pad 1)`` split after the second
 convolution (8x8 output) in a 2x1 grid: the top patch's output rows ``[0, 4)`` need rows
 ``[-1, 8)`` of ``relu`` (row -1 is the second convolution's zero padding), so rows ``[0, 8)``
@@ -50,6 +57,7 @@ _MAX_POOL = aten.max_pool2d_with_indices.default
 _AVG_POOL = aten.avg_pool2d.default
 _PAD = aten.constant_pad_nd.default
 _IDENTITY_LIKE = {aten.clone.default, aten._to_copy.default}
+_MEAN, _SUM = aten.mean.dim, aten.sum.dim_IntList
 
 
 @dataclass(frozen=True)
@@ -176,43 +184,95 @@ class Split:
     node: str  # the split value (its patches are concatenated)
     region: tuple[str, ...]  # the nodes run per patch, in graph order (the split last)
     source: str  # the graph input they read
+    once: tuple[str, ...] = ()  # spatial reductions and what follows from them alone, run
+    #                             once before the patches, in graph order
+
+
+def _reduces_space(node: torch.fx.Node) -> bool:
+    """A ``mean`` or ``sum`` of a 4-D value over exactly its two spatial dims."""
+    if node.target not in (_MEAN, _SUM) or node.kwargs.get("dtype") is not None \
+            or not _spatial(node.args[0]):
+        return False
+    dims = node.args[1] if len(node.args) > 1 else None
+    return dims is not None and sorted(d % 4 for d in dims) == [2, 3]
+
+
+def _constant_names(program: ExportedProgram) -> set[str]:
+    return {s.arg.name for s in program.graph_signature.input_specs
+            if s.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR")}
+
+
+def _runs_once(node: torch.fx.Node, once: set[str], constants: set[str]) -> bool:
+    """An ATen op (not random) on reduced values and constants alone, at least one reduced."""
+    op = node.target
+    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) \
+            or torch.Tag.nondeterministic_seeded in op.tags:
+        return False
+    inputs = node.all_input_nodes
+    return any(n.name in once for n in inputs) and all(
+        n.name in once or n.name in constants for n in inputs)
 
 
 def splits(program: ExportedProgram) -> list[Split]:
     """Every value where the network can be split, in graph order: the nodes before it that
-    run per patch are read by nothing after it, and they read one 4-D user input."""
+    run per patch (or once: spatial reductions and their gates) are read by nothing after
+    it, and they read one 4-D user input."""
     graph = program.graph
     users = [s.arg.name for s in program.graph_signature.input_specs
              if s.kind.name == "USER_INPUT"]
+    constants = _constant_names(program)
     found = []
-    per_patch: dict[str, set[str]] = {}  # node -> the per-patch nodes it depends on
+    per_patch: dict[str, set[str]] = {}  # node -> the prefix nodes it depends on
+    once: set[str] = set()
     nodes = {n.name: n for n in graph.nodes}
     for node in graph.nodes:
+        if node.op == "call_function" and node.all_input_nodes and all(
+                n.name in constants for n in node.all_input_nodes):
+            constants.add(node.name)  # a weight's transpose: it runs once, as exported
+            continue
+        deps = [n for n in node.all_input_nodes if n.name in per_patch]
+        if (_reduces_space(node) and node.args[0].name in per_patch
+                and node.args[0].name not in once) or _runs_once(node, once, constants):
+            once.add(node.name)
+            per_patch[node.name] = {node.name}.union(*(per_patch[n.name] for n in deps))
+            continue
         if not _runs_per_patch(node):
             continue
         sources = _spatial_inputs(node)
-        if not all(s.name in per_patch or (s.op == "placeholder" and s.name in users)
-                   for s in sources):
+        if not all((s.name in per_patch and s.name not in once)
+                   or (s.op == "placeholder" and s.name in users) for s in sources):
             continue
-        per_patch[node.name] = {node.name}.union(*(per_patch.get(s.name, set())
-                                                  for s in sources))
-        inputs = {s.name for s in _leaves(node, per_patch, nodes)}
+        per_patch[node.name] = {node.name}.union(*(per_patch[n.name] for n in deps))
+        inputs = {s.name for s in _leaves(node, per_patch, nodes, once)}
         region = per_patch[node.name]
         closed = all(u.name in region for name in region - {node.name}
                      for u in nodes[name].users)
         if closed and len(inputs) == 1 and node.target not in (_BATCH_NORM, _MAX_POOL):
-            ordered = tuple(n.name for n in graph.nodes if n.name in region)
-            found.append(Split(node.name, ordered, inputs.pop()))
+            ordered = [n.name for n in graph.nodes if n.name in region]
+            found.append(Split(node.name, tuple(n for n in ordered if n not in once),
+                               inputs.pop(), tuple(n for n in ordered if n in once)))
     return found
 
 
 def _leaves(node: torch.fx.Node, per_patch: Mapping[str, set[str]],
-            nodes: Mapping[str, torch.fx.Node]) -> Iterable[torch.fx.Node]:
+            nodes: Mapping[str, torch.fx.Node], once: set[str]) -> Iterable[torch.fx.Node]:
     """The graph inputs the per-patch nodes behind ``node`` read."""
-    for name in per_patch[node.name]:
+    for name in per_patch[node.name] - once:
         for source in _spatial_inputs(nodes[name]):
             if source.op == "placeholder":
                 yield source
+
+
+def _behind(split: Split, value: str, nodes: Mapping[str, torch.fx.Node]) -> Split:
+    """The part of ``split``'s per-patch prefix that ``value`` (a per-patch node) needs."""
+    needed, stack = set(), [value]
+    while stack:
+        name = stack.pop()
+        if name in needed or name not in split.region:
+            continue
+        needed.add(name)
+        stack += [s.name for s in _spatial_inputs(nodes[name])]
+    return Split(value, tuple(n for n in split.region if n in needed), split.source)
 
 
 def _tiles(size: int, parts: int) -> list[Span]:
@@ -301,8 +361,45 @@ def _run(node: torch.fx.Node, env: dict[str, Any], have: Mapping[str, Region],
     return node.target(*args, **kwargs)
 
 
+def _tile_regions(split: Split, nodes: Mapping[str, torch.fx.Node], grid: Grid
+                  ) -> list[list[dict[str, Region]]]:
+    """The regions of every node for each tile of ``grid`` over the split value, by rows."""
+    rows, cols = _extent(nodes[split.node])
+    return [[regions(split, nodes, ((r0, r1), (c0, c1))) for c0, c1 in _tiles(cols, grid[1])]
+            for r0, r1 in _tiles(rows, grid[0])]
+
+
+def _run_tile(split: Split, nodes: Mapping[str, torch.fx.Node], env: Mapping[str, Any],
+              have: Mapping[str, Region]) -> torch.Tensor:
+    """The split value on one tile: its source cut to the tile's region, then the prefix."""
+    local = dict(env)
+    source = nodes[split.source]
+    full = ((0, _extent(source)[0]), (0, _extent(source)[1]))
+    local[source.name] = _cut(env[source.name], full, have[source.name])
+    for name in split.region:
+        local[name] = _run(nodes[name], local, have, have[name])
+    return local[split.node]
+
+
+def _reduced(node: torch.fx.Node, tiles: Sequence[Sequence[Mapping[str, Region]]],
+             split: Split, nodes: Mapping[str, torch.fx.Node], env: Mapping[str, Any]) -> Any:
+    """A spatial ``mean``/``sum`` as the sum of its input's tiles (each computed on its own
+    region), divided by the pixel count for a mean."""
+    total = None
+    for row in tiles:
+        for have in row:
+            part = aten.sum.dim_IntList(_run_tile(split, nodes, env, have), [2, 3], True)
+            total = part if total is None else aten.add.Tensor(total, part)
+    if node.target is _MEAN:
+        rows, cols = _extent(nodes[split.node])
+        total = aten.div.Tensor(total, rows * cols)
+    keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    return total if keep else aten.view.default(total, list(node.meta["val"].shape))
+
+
 class _Patched(torch.nn.Module):
-    """The program's graph run node by node, the split's prefix once per tile."""
+    """The program's graph run node by node, the split's prefix once per tile (its spatial
+    reductions and their gates once before)."""
 
     def __init__(self, program: ExportedProgram, split: Split, grid: Grid) -> None:
         super().__init__()
@@ -315,16 +412,18 @@ class _Patched(torch.nn.Module):
             if spec.target is not None:
                 self.register_buffer(f"state_{i}", state[spec.target])
                 self.names[spec.arg.name] = f"state_{i}"
-        nodes = {n.name: n for n in self.graph.nodes}
-        rows, cols = _extent(nodes[split.node])
-        self.regions = [[regions(split, nodes, ((r0, r1), (c0, c1)))
-                         for c0, c1 in _tiles(cols, grid[1])] for r0, r1 in _tiles(rows, grid[0])]
+        self.nodes = {n.name: n for n in self.graph.nodes}
+        self.regions = _tile_regions(split, self.nodes, grid)
+        self.reductions = {name: (sub, _tile_regions(sub, self.nodes, grid))
+                           for name in split.once if _reduces_space(self.nodes[name])
+                           for sub in [_behind(split, self.nodes[name].args[0].name,
+                                               self.nodes)]}
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         flat = pytree.tree_leaves((args, kwargs))
         env: dict[str, Any] = {}
         users = iter(flat)
-        region = set(self.split.region)
+        prefix = set(self.split.region) | set(self.split.once)
         for node in self.graph.nodes:
             if node.op == "placeholder":
                 env[node.name] = getattr(self, self.names[node.name]) \
@@ -335,25 +434,26 @@ class _Patched(torch.nn.Module):
                     self.out_spec)
             elif node.name == self.split.node:
                 env[node.name] = self._patches(env)
-            elif node.name not in region:
+            elif node.name not in prefix:
                 args_, kwargs_ = torch.fx.node.map_arg((node.args, node.kwargs),
                                                        lambda n: env[n.name])
                 env[node.name] = node.target(*args_, **kwargs_)
         raise InputError("patches: the program has no output node")
 
     def _patches(self, env: Mapping[str, Any]) -> torch.Tensor:
-        nodes = {n.name: n for n in self.graph.nodes}
+        gates = dict(env)
+        for name in self.split.once:
+            node = self.nodes[name]
+            if name in self.reductions:
+                sub, tiles = self.reductions[name]
+                gates[name] = _reduced(node, tiles, sub, self.nodes, gates)
+            else:
+                args_, kwargs_ = torch.fx.node.map_arg((node.args, node.kwargs),
+                                                       lambda n: gates[n.name])
+                gates[name] = node.target(*args_, **kwargs_)
         rows = []
         for needed in self.regions:
-            row = []
-            for have in needed:
-                local = dict(env)
-                source = nodes[self.split.source]
-                full = ((0, _extent(source)[0]), (0, _extent(source)[1]))
-                local[source.name] = _cut(env[source.name], full, have[source.name])
-                for name in self.split.region:
-                    local[name] = _run(nodes[name], local, have, have[name])
-                row.append(local[self.split.node])
+            row = [_run_tile(self.split, self.nodes, gates, have) for have in needed]
             rows.append(aten.cat.default(row, 3) if len(row) > 1 else row[0])
         return aten.cat.default(rows, 2) if len(rows) > 1 else rows[0]
 
@@ -391,21 +491,26 @@ def multiply_adds(program: ExportedProgram) -> int:
     return sum(_conv_macs(node) for node in program.graph.nodes if node.target is _CONV)
 
 
+def _tiled_macs(split: Split, nodes: Mapping[str, torch.fx.Node], grid: Grid) -> int:
+    """Multiply-adds of ``split``'s per-patch convolutions over every tile of ``grid``."""
+    convs = [nodes[name] for name in split.region if nodes[name].target is _CONV]
+    return sum(_conv_macs(conv, have[conv.name]) for row in _tile_regions(split, nodes, grid)
+               for have in row for conv in convs)
+
+
 def overhead(program: ExportedProgram, split: Split, grid: Grid) -> float:
     """The patched program's convolution multiply-adds over the original's (>= 1: the halos
-    are computed by more than one patch), counted from the regions without rewriting."""
+    are computed by more than one patch, and the prefix of each spatial reduction once more
+    before the patches), counted from the regions without rewriting."""
     nodes = {n.name: n for n in program.graph.nodes}
     total = multiply_adds(program)
     if not total:
         return 1.0
-    convs = [nodes[name] for name in split.region if nodes[name].target is _CONV]
-    rows, cols = _extent(nodes[split.node])
-    extra = 0
-    for r in _tiles(rows, grid[0]):
-        for c in _tiles(cols, grid[1]):
-            have = regions(split, nodes, (r, c))
-            extra += sum(_conv_macs(conv, have[conv.name]) for conv in convs)
-    return (total - sum(_conv_macs(conv) for conv in convs) + extra) / total
+    extra = _tiled_macs(split, nodes, grid) + sum(
+        _tiled_macs(_behind(split, nodes[name].args[0].name, nodes), nodes, grid)
+        for name in split.once if _reduces_space(nodes[name]))
+    convs = sum(_conv_macs(nodes[name]) for name in split.region if nodes[name].target is _CONV)
+    return (total - convs + extra) / total
 
 
 @dataclass(frozen=True)
@@ -435,13 +540,15 @@ SPLITS_PER_GRID = 2  # deepest splits within the budget planned per grid
 
 def _deepest_per_resolution(found: Sequence[Split], nodes: Mapping[str, torch.fx.Node]
                             ) -> list[Split]:
-    """Of the splits at each spatial size, the last one, pads aside (later splits at one size
-    hold the same maps per patch and free more of the prefix; a pad's output is better split
-    after the convolution that reads it)."""
-    kept: dict[tuple[int, int], Split] = {}
+    """Of the splits at each spatial size with as many spatial reductions before them, the
+    last one, pads aside (later splits at one size hold the same maps per patch and free more
+    of the prefix; a pad's output is better split after the convolution that reads it; each
+    reduction costs one more pass over the prefix, so a split just before one is kept too)."""
+    kept: dict[tuple[tuple[int, int], int], Split] = {}
     for split in found:
         if nodes[split.node].target is not _PAD:
-            kept[_extent(nodes[split.node])] = split
+            reductions = sum(_reduces_space(nodes[name]) for name in split.once)
+            kept[(_extent(nodes[split.node]), reductions)] = split
     return list(kept.values())
 
 

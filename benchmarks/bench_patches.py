@@ -61,6 +61,8 @@ class Row:
     on: tp.Program
     seconds: float  # compile time with patches="auto"
     executorch: tuple[ExecuTorchResult, ...]
+    shipped: ExecuTorchResult | None  # the patched program's .pte (to_executorch), None
+    #                                   without executorch
     equal: bool  # both programs equal eager
     times: dict[str, float]  # median ms: eager, off, on
 
@@ -87,16 +89,38 @@ def measure(name: str, build: Callable[[], Example], runs: int) -> Row:
             continue
         results.append(common.check_executorch(config, lowered, example, expected,
                                                REASON_CHARS))
+    shipped = _shipped(on, example, expected) if common.executorch_installed() else None
     times = common.medians({"eager": lambda: example.model(*example.args),
                             "off": lambda: off.run(*example.args),
                             "on": lambda: on.run(*example.args)}, runs)
-    return Row(name, off, on, seconds, tuple(results), equal, times)
+    return Row(name, off, on, seconds, tuple(results), shipped, equal, times)
+
+
+def _shipped(program: tp.Program, example: Example, expected: object) -> ExecuTorchResult:
+    """The patched program lowered by ``to_executorch`` and run in ExecuTorch's runtime."""
+    from tensorplan.integrations.executorch import lower
+
+    try:
+        with quiet():
+            manager = lower(program).manager
+    except Exception as error:  # a lowering failure becomes the cell
+        return ExecuTorchResult("tensorplan", None, None, "lower", one_line(error, REASON_CHARS))
+    return common.check_executorch("tensorplan", manager, example, expected, REASON_CHARS)
+
+
+def _shipped_cell(result: ExecuTorchResult | None, best: int | None) -> str:
+    if result is None:
+        return "not measured"
+    if result.failed not in (None, "run") or result.arena is None:
+        return f"{result.failed}: {result.reason}"
+    return f"{result.arena} ({common.ratio(result.arena, best)})"
 
 
 
 def table(rows: Sequence[Row]) -> str:
     header = ["model", "arena, patches off (B)", "arena, patches auto (B)", "on / off",
-              "ExecuTorch best (B)", "on / ExecuTorch best", "split", "grid", "multiply-adds",
+              "ExecuTorch best (B)", "on / ExecuTorch best",
+              "shipped .pte, patches auto (B; / ExecuTorch best)", "split", "grid", "multiply-adds",
               "equal to eager", "eager ms; run / eager off → on", "auto compile (s)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
@@ -106,7 +130,8 @@ def table(rows: Sequence[Row]) -> str:
             row.model, str(row.off.plan.arena_bytes), str(row.on.plan.arena_bytes),
             common.ratio(row.on.plan.arena_bytes, row.off.plan.arena_bytes),
             f"{best_arena} ({best.config})" if best else "none loads",
-            common.ratio(row.on.plan.arena_bytes, best_arena), chosen.split or "(none)",
+            common.ratio(row.on.plan.arena_bytes, best_arena),
+            _shipped_cell(row.shipped, best_arena), chosen.split or "(none)",
             f"{chosen.grid[0]}x{chosen.grid[1]}", f"{chosen.overhead:.2f}x",
             "yes" if row.equal else "NO",
             f"{row.times['eager']:.1f}; {common.ratio(row.times['off'], row.times['eager'])} → "
@@ -125,13 +150,19 @@ def summary(rows: Sequence[Row]) -> str:
     mobilenet = ratios.get("mobilenet_v2_160")
     missed = sorted(name for name, ratio in ratios.items() if ratio > TARGET_CNN)
     overhead = max(row.on.patching.chosen.overhead for row in rows)
+    shipped = {row.model: row.shipped.arena / common.best_result(row.executorch).arena
+               for row in rows if row.model in ratios and row.shipped is not None
+               and row.shipped.failed is None and row.shipped.arena}
+    ships = (f"; the patched programs shipped as .pte (ExecuTorch's runtime, equal to eager): "
+             f"{len(shipped)} of {len(rows)}, median {statistics.median(shipped.values()):.2f}x "
+             "of ExecuTorch's best" if shipped else "")
     first = ("not measured" if mobilenet is None else
              f"{mobilenet:.2f}x of ExecuTorch's best (target <= {TARGET_MOBILENET_160:.2f}x)")
     return (f"**Summary**: with `patches=\"auto\"`, MobileNetV2 at 160x160 plans {first}; "
             f"median over {len(ratios)} CNNs {statistics.median(ratios.values()):.2f}x, above "
             f"{TARGET_CNN:.2f}x: {', '.join(missed) or 'none'}; largest multiply-add overhead "
             f"{overhead:.2f}x (budget 1.25x); every program equal to eager: "
-            f"{'yes' if all(row.equal for row in rows) else 'NO'}.\n")
+            f"{'yes' if all(row.equal for row in rows) else 'NO'}{ships}.\n")
 
 
 def report(rows: Sequence[Row], runs: int) -> str:
@@ -141,7 +172,9 @@ def report(rows: Sequence[Row], runs: int) -> str:
         "and grid: the patching kept (its candidates are planned with tensorplan's greedy); "
         "multiply-adds: the patched convolutions' over the original's. ExecuTorch best: the "
         "smaller arena of its greedy and const-prop configurations among those that load and "
-        f"equal eager. Run: eager's median ms over {runs} calls, then `Program.run` / eager "
+        "equal eager. Shipped: the patched program through `to_executorch`, run in "
+        "ExecuTorch's runtime and equal to eager (a failure names its step). "
+        f"Run: eager's median ms over {runs} calls, then `Program.run` / eager "
         "with patches off and on (one thread, interleaved).\n\n",
         table(rows)])
 

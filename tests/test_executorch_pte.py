@@ -113,6 +113,39 @@ def test_accepts_a_tensorplan_program_and_an_edge_program_it_does_not_change() -
     torch.testing.assert_close(_execute(manager.buffer, [x])[0], _eager(model, (x,))[0])
 
 
+class Stem(torch.nn.Module):
+    """A MobileNet-like stem: strided convolution, relu6, a depthwise convolution, a
+    projection, a pad and a strided convolution, then a pooled head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = torch.nn.Conv2d(3, 16, 3, 2, 1)
+        self.dw = torch.nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+        self.proj = torch.nn.Conv2d(16, 8, 1)
+        self.down = torch.nn.Conv2d(8, 16, 3, 2)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.relu6(self.stem(x))
+        h = self.proj(torch.nn.functional.relu6(self.dw(h)))
+        h = self.down(torch.nn.functional.pad(h, (0, 1, 0, 1)))
+        return self.head(h.mean((2, 3)))
+
+
+def test_a_patched_program_ships_with_its_smaller_arena_and_equals_eager() -> None:
+    model, x = Stem().eval(), torch.randn(1, 3, 64, 64)
+    patched = tp.compile(model, (x,), patches=(2, 2))
+    assert patched.patching.chosen.split == "convolution_3"
+    shipped, plain = lower(patched), lower(tp.compile(model, (x,)))
+    torch.testing.assert_close(_execute(shipped.manager.buffer, [x])[0], _eager(model, (x,))[0])
+    _verify_with_executorch(shipped.manager)
+    # the stem's two 16x32x32 maps no longer live at once; ExecuTorch's edge dialect copies
+    # each patch's input region (slice_copy), which tensorplan's runtime takes as a view
+    assert (shipped.arena_bytes, plain.arena_bytes) == (99_344, 131_072)
+    assert patched.plan.arena_bytes < shipped.arena_bytes
+
+
 def test_the_configs_allocation_options_are_kept() -> None:
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass

@@ -3,6 +3,7 @@
 Stages (one module each, data flows one way): capture → propagate → alias → plan → run/report.
 """
 
+from .banks import Bank
 from .capture import capture
 from .errors import (
     CaptureError,
@@ -15,13 +16,15 @@ from .errors import (
     UnboundedShapeError,
     UnsupportedOpError,
 )
-from .plan import MemoryPlan, PlannedRegion, PlannedStorage
+from .plan import BankPlan, MemoryPlan, PlannedRegion, PlannedStorage
 from .planners import Buffer, Placement, PlannerParams, plan_buffers
 from .program import Program, compile, load
 from .propagate import propagate
 from .spec import SpecTable, TensorSpec
 
 __all__ = [
+    "Bank",
+    "BankPlan",
     "Buffer",
     "MemoryPlan",
     "Placement",

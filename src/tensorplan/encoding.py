@@ -19,7 +19,7 @@ from torch.export import ExportedProgram
 
 from .alias import StorageKind
 from .errors import FormatError, PlanError
-from .plan import MemoryPlan, PlannedRegion, PlannedStorage
+from .plan import BankPlan, MemoryPlan, PlannedRegion, PlannedStorage
 from .roles import Roles
 from .schedule import Schedule
 from .spec import SpecTable, TensorSpec
@@ -59,10 +59,25 @@ def value_to_json(name: str, spec: TensorSpec) -> dict[str, Any]:
     }
 
 
-def _record(item: Any) -> dict[str, Any]:
-    """A frozen dataclass as a dict, tuples as lists."""
+# Fields of storages and regions that only a plan with memory banks writes.
+_BANK_FIELDS = frozenset({"bank", "traffic"})
+
+
+def _record(item: Any, banked: bool = True) -> dict[str, Any]:
+    """A frozen dataclass as a dict, tuples as lists (without the bank fields unless
+    ``banked``)."""
     return {key: list(value) if isinstance(value, tuple) else value
-            for key, value in dataclasses.asdict(item).items()}
+            for key, value in dataclasses.asdict(item).items()
+            if banked or key not in _BANK_FIELDS}
+
+
+def _banks(plan: MemoryPlan) -> dict[str, Any]:
+    """The memory banks' fields of a plan (none for one arena)."""
+    if not plan.banks:
+        return {}
+    return {"banks": [_record(bank) for bank in plan.banks], "traffic_cost": plan.traffic_cost,
+            "traffic_cost_bound": plan.traffic_cost_bound,
+            "served_bound_bytes": plan.served_bound_bytes}
 
 
 def _graph_info(exported_program: ExportedProgram, roles: Roles, name: str) -> dict[str, Any]:
@@ -107,7 +122,10 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
     Holds ``schema``/``version``, ``model`` (name, user inputs and outputs, node count), the
     plan's numbers (``arena_bytes``, ``lower_bound_bytes``, ``alignment``, ``algorithm``,
     ``optimal``, ``baseline_bound_bytes``, ``order``, ``constant_bytes``,
-    ``baseline_constant_bytes``), ``schedule`` (the node order, whether reuse and folding ran,
+    ``baseline_constant_bytes``), ``banks`` (each memory bank's ``BankPlan`` fields; absent
+    for one arena, as are the storages' ``bank`` and ``traffic``) with ``traffic_cost``,
+    ``traffic_cost_bound`` and ``served_bound_bytes``,
+    ``schedule`` (the node order, whether reuse and folding ran,
     each reuse as ``[value, overwritten value]``, and ``slices``: each value made in place in
     a concatenation, with its byte offset inside its storage and its element strides),
     ``storages`` and ``regions`` (their
@@ -129,9 +147,10 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
         "order": plan.order,
         "constant_bytes": plan.constant_bytes,
         "baseline_constant_bytes": plan.baseline_constant_bytes,
+        **_banks(plan),
         "schedule": _schedule(schedule),
-        "storages": [_record(plan.storages[sid]) for sid in sorted(plan.storages)],
-        "regions": [_record(region) for region in plan.regions],
+        "storages": [_record(plan.storages[sid], bool(plan.banks)) for sid in sorted(plan.storages)],
+        "regions": [_record(region, bool(plan.banks)) for region in plan.regions],
         "values": [value_to_json(value, spec) for value, spec in specs.tensors()],
     }
 
@@ -175,6 +194,11 @@ class Fields:
                               f"got {value!r}")
         return value
 
+    def optional(self, key: str, kind: type, default: Any) -> Any:
+        """The field ``key`` if present (a ``kind``), else ``default``: for fields added
+        without a new version (a plan without memory banks has none of theirs)."""
+        return self.get(key, kind) if key in self.data else default
+
     def items(self, key: str, kind: type) -> tuple[Any, ...]:
         """The list field ``key``, every item a ``kind``."""
         values = self.get(key, list)
@@ -208,13 +232,26 @@ def _storage(f: Fields) -> PlannedStorage:
     return PlannedStorage(id=f.get("id", int), offset=f.get("offset", int),
                           size=f.get("size", int), start=f.get("start", int),
                           end=f.get("end", int), kind=kind, graph=f.get("graph", str),
-                          values=f.items("values", str))
+                          values=f.items("values", str), bank=f.optional("bank", str, ""),
+                          traffic=f.optional("traffic", int, 0))
 
 
 def _region(f: Fields) -> PlannedRegion:
     return PlannedRegion(node=f.get("node", str), graph=f.get("graph", str),
                          offset=f.get("offset", int), size=f.get("size", int),
-                         step=f.get("step", int), subgraphs=f.items("subgraphs", str))
+                         step=f.get("step", int), subgraphs=f.items("subgraphs", str),
+                         bank=f.optional("bank", str, ""))
+
+
+def _bank(f: Fields) -> BankPlan:
+    capacity = f.data.get("capacity")
+    if capacity is not None and not _is(capacity, int):
+        raise FormatError(f"{f.where}: field 'capacity' should be int or null, got {capacity!r}")
+    return BankPlan(name=f.get("name", str), capacity=capacity, cost=f.get("cost", float),
+                    arena_bytes=f.get("arena_bytes", int),
+                    lower_bound_bytes=f.get("lower_bound_bytes", int),
+                    traffic_bytes=f.get("traffic_bytes", int),
+                    constant_bytes=f.get("constant_bytes", int))
 
 
 def decode_plan(document: Fields) -> MemoryPlan:
@@ -240,7 +277,12 @@ def decode_plan(document: Fields) -> MemoryPlan:
                       baseline_bound_bytes=document.get("baseline_bound_bytes", int),
                       order=document.get("order", str),
                       constant_bytes=document.get("constant_bytes", int),
-                      baseline_constant_bytes=document.get("baseline_constant_bytes", int))
+                      baseline_constant_bytes=document.get("baseline_constant_bytes", int),
+                      banks=tuple(_bank(b) for b in document.objects("banks"))
+                      if "banks" in document.data else (),
+                      traffic_cost=document.optional("traffic_cost", float, 0.0),
+                      traffic_cost_bound=document.optional("traffic_cost_bound", float, 0.0),
+                      served_bound_bytes=document.optional("served_bound_bytes", int, 0))
     verify_decoded(plan, f"{document.where}: the saved plan is invalid")
     return plan
 

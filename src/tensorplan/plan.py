@@ -4,18 +4,23 @@ Each graph is one planning problem (torch-free ``Buffer``s). Subgraphs are plann
 control-flow node then reserves a region as large as its largest subgraph plan, live only at
 its step, and the subgraph storages sit inside that region. The graphs are planned unverified
 and the whole ``MemoryPlan`` is checked once, by ``tensorplan.validate``.
+
+With memory banks (``banks.py``), the top-level storages and regions are first assigned a bank
+each; every bank is then its own planning problem and its own arena (a region's subgraph
+storages live in the region's bank), verified bank by bank.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .alias import AliasTable, StorageKind
+from .banks import BankRequest, Item, assign, items
 from .liveness import GraphLifetimes
 from .planners import Buffer, Placement, PlannerParams, Problem
 from .planners.dispatch import plan_unverified
-from .validate import Violation, find_escapes, find_violations, plan_error
+from .validate import Violation, ViolationKind, find_escapes, find_violations, plan_error
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class PlannedStorage:
     kind: StorageKind         # input, state or activation
     graph: str                # "" or the subgraph prefix whose schedule start/end refer to
     values: tuple[str, ...]   # the values that use it
+    bank: str = ""            # the memory bank it lives in ("": the one arena, no banks)
+    traffic: int = 0          # bytes its values move per run (counted with banks only)
 
     @property
     def first(self) -> int:
@@ -62,6 +69,21 @@ class PlannedRegion:
     size: int                    # bytes (the largest subgraph plan)
     step: int                    # live for [step, step + 1) of its graph
     subgraphs: tuple[str, ...]   # prefixes of the subgraphs inside it
+    bank: str = ""               # the memory bank it lives in ("": no banks)
+
+
+@dataclass(frozen=True)
+class BankPlan:
+    """One memory bank's arena."""
+
+    name: str
+    capacity: int | None     # bytes (None: unbounded)
+    cost: float              # relative price of one byte moved
+    arena_bytes: int         # its planned arena
+    lower_bound_bytes: int   # most bytes of its storages live at one step
+    traffic_bytes: int       # bytes its storages (and constants read from it) move per run
+    constant_bytes: int = 0  # bytes of the constants read from it (beside its arena)
+
 
 
 @dataclass(frozen=True)
@@ -81,6 +103,35 @@ class MemoryPlan:
     order: str = "exported"                 # the top-level node order the plan follows
     constant_bytes: int = 0                 # bytes of the constants the runs read
     baseline_constant_bytes: int = 0        # bytes of the program's constants before folding
+    banks: tuple[BankPlan, ...] = ()        # the memory banks, fastest first (() : one arena;
+    #                                         with banks ``arena_bytes`` is their sum)
+    traffic_cost: float = 0.0               # sum of bytes moved x their bank's cost
+    traffic_cost_bound: float = 0.0         # no bank assignment costs less
+    served_bound_bytes: int = 0             # no assignment moves more bytes outside the
+    #                                         slowest bank
+
+    def bank_of(self, value: str) -> str:
+        """The bank the value lives in (a view: its base's; "" without banks). Raises
+        ``KeyError`` for a value that has no storage (a constant, a size)."""
+        for storage in self.storages.values():
+            if value in storage.values:
+                return storage.bank
+        raise KeyError(f"{value!r} lives in no planned storage")
+
+    def bank_base(self, bank: str) -> int:
+        """Where the bank's arena starts in one buffer holding every bank, fastest first
+        (0 without banks): how the Python runtime lays them out."""
+        base = 0
+        for planned in self.banks:
+            if planned.name == bank:
+                return base
+            base += planned.arena_bytes
+        return 0
+
+    def address(self, storage: int) -> int:
+        """The storage's byte offset in that one buffer (its offset without banks)."""
+        placed = self.storages[storage]
+        return self.bank_base(placed.bank) + placed.offset
 
     def verify(self) -> None:
         """Raise ``PlanError`` if two storages live at the same step of the same graph overlap,
@@ -96,7 +147,15 @@ class MemoryPlan:
         found = []
         for graph in sorted({s.graph for s in self.storages.values()}
                             | {r.graph for r in self.regions}):
-            found += self._graph_violations(graph)
+            for bank in self._banks_of(graph):
+                found += self._graph_violations(graph, bank)
+        for bank in self.banks:
+            if bank.capacity is not None and bank.arena_bytes + bank.constant_bytes \
+                    > bank.capacity:
+                found.append(Violation(ViolationKind.OUT_OF_ARENA, (bank.name,),
+                                       f"bank {bank.name!r}: arena {bank.arena_bytes} B and "
+                                       f"constants {bank.constant_bytes} B exceed its "
+                                       f"capacity {bank.capacity} B"))
         for region in self.regions:
             for sub in region.subgraphs:
                 inside = [s for s in self.storages.values() if s.graph == sub]
@@ -107,20 +166,28 @@ class MemoryPlan:
                     names=[f"storage {s.id} of {sub!r}" for s in inside])
         return found
 
-    def _graph_violations(self, graph: str) -> list[Violation]:
-        """Overlaps, alignment and arena bounds of one graph's storages and regions."""
-        items: list[tuple[int, int, int, int, int | str, str]] = [
+    def _banks_of(self, graph: str) -> list[str]:
+        return sorted({s.bank for s in self.storages.values() if s.graph == graph}
+                      | {r.bank for r in self.regions if r.graph == graph})
+
+    def _graph_violations(self, graph: str, bank: str) -> list[Violation]:
+        """Overlaps, alignment and arena bounds of one graph's storages and regions in one
+        bank."""
+        rows: list[tuple[int, int, int, int, int | str, str]] = [
             (s.size, s.start, s.end, s.offset, s.id, f"storage {s.id}")
-            for s in self.storages.values() if s.graph == graph]
-        items += [(r.size, r.step, r.step + 1, r.offset, r.node, f"the region of {r.node!r}")
-                  for r in self.regions if r.graph == graph]
-        if not items:
+            for s in self.storages.values() if s.graph == graph and s.bank == bank]
+        rows += [(r.size, r.step, r.step + 1, r.offset, r.node, f"the region of {r.node!r}")
+                 for r in self.regions if r.graph == graph and r.bank == bank]
+        if not rows:
             return []
-        sizes, starts, ends, offsets, labels, names = (list(c) for c in zip(*items, strict=True))
+        sizes, starts, ends, offsets, labels, names = (list(c) for c in zip(*rows, strict=True))
         where = f"subgraph {graph!r}" if graph else "the top-level graph"
+        if bank:
+            where += f", bank {bank!r}"
+        arena = next((b.arena_bytes for b in self.banks if b.name == bank), self.arena_bytes)
         return [replace(v, message=f"{where}: {v.message}")
                 for v in find_violations(sizes, starts, ends, offsets, self.alignment,
-                                         self.arena_bytes, labels=labels, names=names)]
+                                         arena, labels=labels, names=names)]
 
 
 @dataclass(frozen=True)
@@ -132,8 +199,19 @@ class _GraphPlan:
     regions: list[PlannedRegion]
 
 
-def _plan_graph(graph: str, lives: Mapping[str, GraphLifetimes], alias: AliasTable,
-                options: PlanOptions) -> _GraphPlan:
+@dataclass(frozen=True)
+class _Graph:
+    """One graph's planning problem: its lifetimes, its subgraphs planned, its buffers (the
+    storages, then one per control-flow region)."""
+
+    own: GraphLifetimes
+    nested: dict[str, _GraphPlan]
+    region_sizes: list[int]
+    buffers: list[Buffer]
+
+
+def _problem(graph: str, lives: Mapping[str, GraphLifetimes], alias: AliasTable,
+             options: PlanOptions) -> _Graph:
     own = lives[graph]
     nested = {sub: _plan_graph(sub, lives, alias, options)
               for region in own.regions for sub in region.subgraphs}
@@ -143,22 +221,41 @@ def _plan_graph(graph: str, lives: Mapping[str, GraphLifetimes], alias: AliasTab
                for lt in own.lifetimes]
     buffers += [Buffer(size, r.step, r.step + 1) for r, size in zip(own.regions, region_sizes,
                                                                      strict=True)]
-    placement = plan_unverified(Problem(tuple(buffers), options.alignment), options.algorithm,
-                                options.time_limit, options.params)
-    offsets = placement.offsets
+    return _Graph(own, nested, region_sizes, buffers)
+
+
+def _placed(problem: _Graph, graph: str, alias: AliasTable, options: PlanOptions,
+            offsets: Sequence[int], banks: Sequence[str]
+            ) -> tuple[dict[int, PlannedStorage], list[PlannedRegion]]:
+    """Every storage and region of the graph (its subgraphs' inside their regions) at the
+    given offsets of its buffers, each buffer in the given bank."""
+    own = problem.own
     storages = {}
-    for lt, offset in zip(own.lifetimes, offsets, strict=False):
+    for lt, offset, bank in zip(own.lifetimes, offsets, banks, strict=False):
         storage = alias.storages[lt.storage]
         storages[lt.storage] = PlannedStorage(lt.storage, offset, _aligned(storage.nbytes, options),
-                                              lt.start, lt.end, storage.kind, graph, storage.values)
+                                              lt.start, lt.end, storage.kind, graph, storage.values,
+                                              bank)
     regions = []
-    for i, (region, size) in enumerate(zip(own.regions, region_sizes, strict=True)):
-        base = offsets[len(own.lifetimes) + i]
+    for i, (region, size) in enumerate(zip(own.regions, problem.region_sizes, strict=True)):
+        base, bank = offsets[len(own.lifetimes) + i], banks[len(own.lifetimes) + i]
         regions.append(PlannedRegion(region.node, graph, base, _aligned(size, options),
-                                     region.step, region.subgraphs))
+                                     region.step, region.subgraphs, bank))
         for sub in region.subgraphs:
-            storages.update({sid: _shifted(s, base) for sid, s in nested[sub].storages.items()})
-            regions += [_shifted(r, base) for r in nested[sub].regions]
+            inner = problem.nested[sub]
+            storages.update({sid: replace(_shifted(s, base), bank=bank)
+                             for sid, s in inner.storages.items()})
+            regions += [replace(_shifted(r, base), bank=bank) for r in inner.regions]
+    return storages, regions
+
+
+def _plan_graph(graph: str, lives: Mapping[str, GraphLifetimes], alias: AliasTable,
+                options: PlanOptions) -> _GraphPlan:
+    problem = _problem(graph, lives, alias, options)
+    placement = plan_unverified(Problem(tuple(problem.buffers), options.alignment),
+                                options.algorithm, options.time_limit, options.params)
+    storages, regions = _placed(problem, graph, alias, options, placement.offsets,
+                                [""] * len(problem.buffers))
     return _GraphPlan(placement, storages, regions)
 
 
@@ -182,12 +279,63 @@ def draft_plan(lives: Mapping[str, GraphLifetimes], alias: AliasTable,
                       regions=tuple(top.regions))
 
 
-def plan_memory(lives: Mapping[str, GraphLifetimes], alias: AliasTable,
-                options: PlanOptions = PlanOptions()) -> MemoryPlan:
-    """Place every storage of every graph in one arena and verify the result, once.
+def _banked_plan(lives: Mapping[str, GraphLifetimes], alias: AliasTable, options: PlanOptions,
+                 request: BankRequest) -> MemoryPlan:
+    """Assign the top-level storages and regions to banks (``banks.assign``) and plan each
+    bank as its own arena, unverified."""
+    problem = _problem("", lives, alias, options)
+    found = items(problem.own, alias, request.traffic, problem.region_sizes, options.alignment)
+    found = [replace(it, pinned=request.pins.get(it.key)) for it in found]
+    index = {it.key: i for i, it in enumerate(found)}
+    placements: dict[tuple[int, ...], Placement] = {}
 
-    Raises ``PlanError`` if verification fails (a planner bug: report it).
+    def placement_of(chosen: Sequence[Item]) -> Placement:
+        key = tuple(sorted(index[it.key] for it in chosen))
+        if key not in placements:
+            placements[key] = plan_unverified(
+                Problem(tuple(problem.buffers[i] for i in key), options.alignment),
+                options.algorithm, options.time_limit, options.params)
+        return placements[key]
+
+    chosen = assign(found, request.banks, problem.own.steps, request.step_names,
+                    request.constant_reads, request.constants_in,
+                    lambda subset: placement_of(subset).peak, request.time_limit)
+    offsets, names, planned = [0] * len(found), [""] * len(found), []
+    for j, bank in enumerate(request.banks):
+        members = [it for it in found if chosen.bank_of[it.key] == j]
+        placement = placement_of(members)
+        for it, offset in zip(sorted(members, key=lambda it: index[it.key]), placement.offsets,
+                              strict=True):
+            offsets[index[it.key]], names[index[it.key]] = offset, bank.name
+        planned.append((bank, members, placement))
+    storages, regions = _placed(problem, "", alias, options, offsets, names)
+    storages = {sid: replace(s, traffic=request.traffic.get(sid, 0)) for sid, s in storages.items()}
+    whole = plan_unverified(Problem(tuple(problem.buffers), options.alignment), "naive", None,
+                            options.params)
+    banks = tuple(BankPlan(bank.name, bank.capacity, bank.cost, placement.peak,
+                           placement.lower_bound,
+                           sum(it.traffic for it in members) + request.constant_reads.get(j, 0),
+                           request.constants_in[j])
+                  for j, (bank, members, placement) in enumerate(planned))
+    return MemoryPlan(arena_bytes=sum(b.arena_bytes for b in banks),
+                      lower_bound_bytes=whole.lower_bound,
+                      algorithm=planned[0][2].algorithm, alignment=options.alignment,
+                      optimal=all(p.optimal for _, _, p in planned), storages=storages,
+                      regions=tuple(regions), banks=banks, traffic_cost=chosen.cost,
+                      traffic_cost_bound=chosen.cost_bound,
+                      served_bound_bytes=chosen.served_bound)
+
+
+def plan_memory(lives: Mapping[str, GraphLifetimes], alias: AliasTable,
+                options: PlanOptions = PlanOptions(),
+                banks: BankRequest | None = None) -> MemoryPlan:
+    """Place every storage of every graph in one arena (or, with ``banks``, in the bank
+    ``banks.assign`` chose, one arena per bank) and verify the result, once.
+
+    Raises ``PlanError`` if verification fails (a planner bug: report it), or when no bank
+    assignment fits (the step and the bytes named).
     """
-    plan = draft_plan(lives, alias, options)
+    plan = draft_plan(lives, alias, options) if banks is None else \
+        _banked_plan(lives, alias, options, banks)
     plan.verify()
     return plan

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,11 +18,12 @@ from .alias import AliasTable, planned_specs
 from .arena_budget import check_arena
 from .artifact import read_artifact, write_artifact
 from .capture import capture
-from .errors import PlanError
+from .banks import Bank, BankRequest, bank_request
+from .errors import InputError, PlanError
 from .fold import NOTHING_FOLDED, Folded
 from .internal import stage
 from .liveness import GraphLifetimes, lifetimes
-from .order import Order
+from .order import Order, scheduled_nodes
 from .patches import Patching
 from .patches import choose as choose_patches
 from .plan import MemoryPlan, PlanOptions, plan_memory
@@ -131,7 +132,9 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
             time_limit: float | None = None, reuse: bool = True, reorder: bool = True,
             fold: bool = True, planner_params: PlannerParams | None = None,
             max_arena_bytes: int | None = None, patches: str | tuple[int, int] | None = None,
-            max_overhead: float = 1.25) -> Program:
+            max_overhead: float = 1.25, banks: Sequence[Bank] | None = None,
+            pin: Mapping[str, str] | None = None,
+            constants_bank: str | None = None) -> Program:
     """Capture (unless given a program), propagate, fold, order and reuse, plan and verify.
 
     ``patches`` (``patches.py``): ``None`` runs the program as exported; ``(rows, cols)`` or
@@ -140,6 +143,14 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     smallest arena among those within ``max_overhead`` times the convolutions' multiply-adds,
     keeping the program as exported unless a patching is smaller; ``Program.patching`` lists
     what was tried.
+
+    ``banks`` (``banks.py``): memories fastest first, ``[tp.Bank("sram", 256 * 1024, 1.0),
+    tp.Bank("dram", None, 40.0)]``; each storage is put in one bank so that the bytes moved
+    times the banks' costs are least with every bank's planned arena within its capacity, and
+    each bank is planned as its own arena (``plan.banks``, ``plan.bank_of(value)``). ``pin``
+    fixes the bank of a value (an input, output, state, constant, any value by name);
+    constants are read from ``constants_bank`` (default: the slowest) and take its capacity.
+    Without ``banks``: one arena.
 
     ``reuse``, ``reorder`` and ``fold`` switch the bound-lowering steps (``schedule.py``);
     ``planner_params`` tunes the planners (None: the defaults). Dynamic dims are planned at
@@ -172,8 +183,16 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
         lives = lifetimes(program, chosen.alias, chosen.order)
     options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,
                           params=PlannerParams() if planner_params is None else planner_params)
+    request = None
+    if banks is not None or pin or constants_bank is not None:
+        if banks is None:
+            raise InputError("banks: pin= and constants_bank= need banks=[tp.Bank(...), ...]")
+        step_names = [n.name for n in scheduled_nodes(program.graph, chosen.order)]
+        request = bank_request(program, specs, chosen.alias, chosen.folded.computed,
+                               step_names, chosen.constant_bytes, banks, pin, constants_bank,
+                               time_limit)
     with stage("plan", program):
-        plan = _planned(lives, chosen, options)
+        plan = _planned(lives, chosen, options, request)
         check_arena(plan, max_arena_bytes)
     if os.environ.get("TENSORPLAN_DEBUG") == "1":
         _debug_summary(specs, chosen, plan)
@@ -183,9 +202,9 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
 
 
 def _planned(lives: Mapping[str, GraphLifetimes], chosen: Schedule,
-             options: PlanOptions) -> MemoryPlan:
+             options: PlanOptions, banks: BankRequest | None = None) -> MemoryPlan:
     """The verified plan of the scheduled lifetimes, with the schedule's figures."""
-    plan = plan_memory(lives, chosen.alias, options)
+    plan = plan_memory(lives, chosen.alias, options, banks)
     return dataclasses.replace(
         plan, baseline_bound_bytes=chosen.baseline_bound_bytes, order=chosen.order_name,
         constant_bytes=chosen.constant_bytes,

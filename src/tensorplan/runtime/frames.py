@@ -33,7 +33,7 @@ class Views:
     def of(self, name: str, index: int | None, bindings: Bindings) -> torch.Tensor:
         """The planned view of a value (``index`` picks an item) at its actual size."""
         spec = self.facts.items(name)[index or 0]
-        offset = self.plan.storages[spec.storage].offset
+        offset = self.plan.address(spec.storage)
         shape = self.facts.shapes[(name, index)].evaluate(bindings)
         inside = self.facts.slices.get(name if index is None else f"{name}[{index}]")
         if inside is not None:
@@ -57,7 +57,7 @@ class Views:
         its dtype: its storage's offset, plus its slice's when it is made in a slice of a
         concatenation."""
         inside = self.facts.slices.get(name)
-        start = self.plan.storages[spec.storage].offset + (inside.offset if inside else 0)
+        start = self.plan.address(spec.storage) + (inside.offset if inside else 0)
         return start // spec.dtype.itemsize
 
 

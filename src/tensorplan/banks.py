@@ -1,0 +1,380 @@
+"""Stage 4a': which memory bank each storage lives in (``compile(..., banks=[...])``).
+
+A device has a small fast memory and a large slow one. Each top-level storage (and each
+control-flow region, with the subgraph storages inside it) lives in one bank; each bank is
+then planned as its own arena (``plan.py``). The choice is an optimisation:
+
+- the *traffic* of a storage is the bytes its producers write plus the bytes each reader reads
+  (from the program's ops and the values' sizes; a view is read through its base, a user input
+  is written once when it is copied in);
+- the *cost* of an assignment is the sum over storages of traffic x the cost of its bank;
+- it is minimised subject to every bounded bank's live bytes staying within its capacity at
+  every step: an integer program (HiGHS, through ``scipy.optimize.milp``) whose variables say
+  which bank holds each storage; its constraints are one per bounded bank and step at which a
+  storage starts (the live bytes only grow there). A bank whose planned arena comes out above
+  its capacity (fragmentation: the planners reach the live-bytes bound almost always) is solved
+  again with the capacity lowered by the excess.
+
+The same program with its integrality dropped (a fraction of a storage may sit in a bank) is
+solved too: its cost is a lower bound on the cost of any assignment, and its traffic outside
+the slowest bank an upper bound on the traffic any assignment serves from the faster banks, so
+each plan says how far it is from the best possible.
+
+Pins (``pin={"b_k_cache": "dram"}``: inputs, outputs, state, any value by name; a view pins
+its base) fix a storage's bank. Constants are not in an arena; they are read from
+``constants_bank`` (the slowest by default), whose capacity they take their bytes from and whose
+cost their reads pay.
+
+Worked example: two banks, ``sram`` of 1 KiB at cost 1 and ``dram`` unbounded at cost 40; a 1 KiB
+buffer read ten times and a 1 KiB buffer read once, live together: the first goes to ``sram``.
+Largest-first (ExecuTorch's ``banked_greedy``) takes whichever comes first in its size order.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+
+from .alias import AliasTable
+from .control_flow import graph_modules
+from .errors import InputError, PlanError
+from .liveness import GraphLifetimes
+from .schemas import is_view
+from .spec import SpecTable, TensorSpec
+
+MAX_RESOLVES = 8  # capacity tightenings tried when a bank's planned arena exceeds it
+DEFAULT_TIME_LIMIT = 10.0  # seconds for the integer program (its best assignment is kept)
+
+
+@dataclass(frozen=True)
+class Bank:
+    """One memory: a name, its capacity in bytes (None: unbounded) and the relative price of
+    one byte moved to or from it. Banks are given fastest first."""
+
+    name: str
+    capacity: int | None = None
+    cost: float = 1.0
+
+
+@dataclass(frozen=True)
+class Item:
+    """One thing a bank holds: a top-level storage, or a control-flow region."""
+
+    key: int | str     # storage id, or the region's control-flow node
+    size: int          # aligned bytes
+    start: int         # first top-level step live
+    end: int           # first top-level step no longer live
+    traffic: int       # bytes written plus bytes read
+    pinned: int | None = None  # bank index, when pinned
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The bank of every item, with the figures that judge it."""
+
+    bank_of: Mapping[int | str, int]  # item key -> bank index
+    cost: float                       # sum of traffic x bank cost (constants' reads included)
+    cost_bound: float                 # no assignment costs less (the fractional relaxation)
+    served_bound: int                 # no assignment serves more traffic outside the last bank
+    capacities: tuple[int | None, ...]  # the capacities the solution met (after tightening)
+
+
+@dataclass(frozen=True)
+class BankRequest:
+    """What ``compile(banks=...)`` asks of the planning stage."""
+
+    banks: tuple[Bank, ...]
+    pins: Mapping[int | str, int]         # storage id (or region node) -> bank index
+    traffic: Mapping[int, int]            # storage id -> bytes moved per run
+    constant_reads: Mapping[int, int]     # bank index -> bytes of constants read from it
+    constants_in: tuple[int, ...]         # bank index -> bytes of constants it holds
+    step_names: tuple[str, ...]           # the top-level node at each step
+    time_limit: float
+
+
+def bank_request(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
+                 folded: frozenset[str], step_names: Sequence[str], constant_bytes: int,
+                 banks: Sequence[Bank], pin: Mapping[str, str] | None,
+                 constants_bank: str | None, time_limit: float | None) -> BankRequest:
+    """What the planning stage needs to assign banks: the banks checked, each pin turned into
+    its storage (a view: its base; a constant: where its bytes are read from), the traffic.
+
+    Raises ``InputError`` for a bank list that is not valid, or a pin naming no value or no
+    bank, or a value inside a control-flow subgraph (pin its control-flow node's operands).
+    """
+    banks = check_banks(banks)
+    moved, reads = traffic(program, specs, alias, folded)
+    default = len(banks) - 1 if constants_bank is None else \
+        bank_index(banks, constants_bank, "constants_bank")
+    constant_bank = dict.fromkeys(reads, default)
+    pins: dict[int | str, int] = {}
+    for value, name in (pin or {}).items():
+        where = bank_index(banks, name, f"the pin of {value!r}")
+        spec = specs.spec_of(value)
+        if spec is not None and spec.const:
+            constant_bank[value] = where
+            continue
+        ids = alias.storage_ids(value) if value in alias.storage_of else ()
+        if not ids or alias.storages[ids[0]].graph:
+            raise InputError(f"banks: cannot pin {value!r}: it is not a value of the top-level "
+                             "graph with a storage (a constant, an input, an output, state or "
+                             "any computed value by its node name)")
+        pins[ids[0]] = where
+    read_from = [0] * len(banks)
+    held = [0] * len(banks)
+    for value, where in constant_bank.items():
+        read_from[where] += reads[value]
+        if where != default:
+            held[where] += specs.spec_of(value).nbytes
+    held[default] += max(constant_bytes - sum(held), 0)
+    return BankRequest(banks, pins, moved, dict(enumerate(read_from)), tuple(held),
+                       tuple(step_names), DEFAULT_TIME_LIMIT if time_limit is None else time_limit)
+
+
+def check_banks(banks: Sequence[Bank]) -> tuple[Bank, ...]:
+    """The banks, validated: at least one, unique names, capacities >= 0, costs > 0 and not
+    decreasing (fastest first). Raises ``InputError`` naming what is wrong."""
+    banks = tuple(banks)
+    if not banks or not all(isinstance(b, Bank) for b in banks):
+        raise InputError("banks: expected a non-empty list of tensorplan.Bank, fastest first, "
+                         f"got {banks!r}")
+    names = [b.name for b in banks]
+    if len(set(names)) != len(names):
+        raise InputError(f"banks: names must be unique, got {names}")
+    for bank in banks:
+        if bank.capacity is not None and (not isinstance(bank.capacity, int) or bank.capacity < 0):
+            raise InputError(f"banks: {bank.name!r} has capacity {bank.capacity!r}; give bytes "
+                             "(an int >= 0) or None for an unbounded bank")
+        if not bank.cost > 0 or math.isinf(bank.cost):
+            raise InputError(f"banks: {bank.name!r} has cost {bank.cost!r}; give a finite cost "
+                             "> 0 (the relative price of one byte moved)")
+    costs = [b.cost for b in banks]
+    if costs != sorted(costs):
+        raise InputError(f"banks: give the banks fastest first (costs not decreasing), got "
+                         f"{', '.join(f'{b.name}={b.cost}' for b in banks)}")
+    return tuple(replace(b, cost=float(b.cost)) for b in banks)
+
+
+def bank_index(banks: Sequence[Bank], name: str, what: str) -> int:
+    """The index of the bank called ``name``; ``InputError`` naming ``what`` asked for it."""
+    for i, bank in enumerate(banks):
+        if bank.name == name:
+            return i
+    raise InputError(f"banks: {what} names bank {name!r}, which is not one of "
+                     f"{[b.name for b in banks]}")
+
+
+def _entries(entry: object) -> tuple[TensorSpec | None, ...]:
+    items = entry if isinstance(entry, tuple) else (entry,)
+    return tuple(s if isinstance(s, TensorSpec) else None for s in items)
+
+
+def traffic(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
+            folded: frozenset[str] = frozenset()) -> tuple[dict[int, int], dict[str, int]]:
+    """Bytes moved per storage (written by its producers, read by its readers, a view read
+    through its base, a user input written when copied in) and bytes read per constant, over
+    every graph; folded nodes do not run."""
+    per_storage: dict[int, int] = {}
+    per_constant: dict[str, int] = {}
+
+    def touch(value: str, nbytes: int) -> None:
+        spec = specs.spec_of(value)
+        if spec is not None and spec.const:
+            per_constant[value] = per_constant.get(value, 0) + nbytes
+            return
+        for storage in alias.storage_ids(value)[:1]:
+            per_storage[storage] = per_storage.get(storage, 0) + nbytes
+
+    for module, prefix in graph_modules(program.graph_module):
+        for node in module.graph.nodes:
+            name = prefix + node.name
+            if name in folded or node.op not in ("placeholder", "call_function"):
+                continue
+            if node.op == "placeholder":
+                spec = specs.spec_of(name)
+                if not prefix and spec is not None and not spec.const:
+                    touch(name, spec.nbytes)
+                continue
+            if node.target is operator.getitem:
+                continue
+            if isinstance(node.target, torch._ops.OpOverload) and is_view(node.target):
+                continue
+            for i, spec in enumerate(_entries(specs.get(name))):
+                if spec is not None:
+                    ids = alias.storage_ids(name)
+                    if i < len(ids):
+                        per_storage[ids[i]] = per_storage.get(ids[i], 0) + spec.nbytes
+            for arg in node.all_input_nodes:
+                spec = specs.spec_of(prefix + arg.name)
+                if spec is not None:
+                    touch(prefix + arg.name, spec.nbytes)
+    return per_storage, per_constant
+
+
+def items(top: GraphLifetimes, alias: AliasTable, moved: Mapping[int, int],
+          region_sizes: Sequence[int], alignment: int) -> list[Item]:
+    """The top-level storages and regions as items (unpinned), with their traffic; a region
+    carries the traffic of every subgraph storage inside it."""
+    def aligned(n: int) -> int:
+        return -(-n // alignment) * alignment
+
+    found = [Item(lt.storage, aligned(alias.storages[lt.storage].nbytes), lt.start, lt.end,
+                  moved.get(lt.storage, 0)) for lt in top.lifetimes]
+    for region, size in zip(top.regions, region_sizes, strict=True):
+        inside = sum(t for sid, t in moved.items()
+                     if any(alias.storages[sid].graph.startswith(sub) for sub in region.subgraphs))
+        found.append(Item(region.node, aligned(size), region.step, region.step + 1, inside))
+    return found
+
+
+def _load(chosen: Sequence[Item], steps: int) -> list[int]:
+    load = [0] * (steps + 1)
+    for item in chosen:
+        for t in range(item.start, item.end):
+            load[t] += item.size
+    return load
+
+
+def check_capacity(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
+                   step_names: Sequence[str], constants_in: Sequence[int]) -> None:
+    """Raise ``PlanError`` when no assignment can fit: all banks bounded and more bytes live
+    at one step than they hold together, or a bank's pins alone above its capacity."""
+    usable = [None if b.capacity is None else b.capacity - constants_in[i]
+              for i, b in enumerate(banks)]
+    for i, bank in enumerate(banks):
+        if usable[i] is not None and usable[i] < 0:
+            raise PlanError(f"banks: the constants read from {bank.name!r} take "
+                            f"{constants_in[i]} B of its {bank.capacity} B; give it more "
+                            "capacity or read the constants from another bank "
+                            "(constants_bank=...)")
+        pinned = [it for it in all_items if it.pinned == i]
+        _check_steps(_load(pinned, steps), usable[i], step_names,
+                     f"the values pinned to {bank.name!r}", f"its {usable[i]} B")
+    if all(u is not None for u in usable):
+        _check_steps(_load(all_items, steps), sum(usable), step_names, "the live values",
+                     f"the {sum(usable)} B of all banks together")
+
+
+def _check_steps(load: Sequence[int], capacity: int | None, step_names: Sequence[str],
+                 what: str, room: str) -> None:
+    if capacity is None:
+        return
+    step = max(range(len(load)), key=load.__getitem__, default=0)
+    if load and load[step] > capacity:
+        node = step_names[step] if step < len(step_names) else "the end"
+        raise PlanError(f"banks: at step {step} ({node!r}) {what} take {load[step]} B, above "
+                        f"{room}; no assignment fits: give the banks more capacity "
+                        "(or an unbounded bank)")
+
+
+def _milp(all_items: Sequence[Item], banks: Sequence[Bank], capacities: Sequence[int | None],
+          steps: int, integral: bool, objective: str, time_limit: float) -> list[list[float]] | None:
+    """x[i][k]: the share of item i in bank k minimising cost (or maximising the traffic
+    outside the last bank), subject to the bounded banks' capacities; None if infeasible."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    n, k = len(all_items), len(banks)
+    if n == 0:
+        return []
+    if objective == "cost":
+        c = np.array([it.traffic * b.cost for it in all_items for b in banks], dtype=float)
+    else:
+        c = np.array([-it.traffic * (j < k - 1) for it in all_items for j in range(k)],
+                     dtype=float)
+    lower, upper = np.zeros(n * k), np.ones(n * k)
+    for i, it in enumerate(all_items):
+        if it.pinned is not None:
+            lower[i * k + it.pinned] = 1.0
+            upper[[i * k + j for j in range(k) if j != it.pinned]] = 0.0
+    starts = sorted({it.start for it in all_items})
+    bounded = [j for j in range(k) if capacities[j] is not None]
+    # one row per item (its shares sum to 1), then one per bounded bank and start step
+    row = [i for _ in range(k) for i in range(n)]
+    col = [i * k + j for j in range(k) for i in range(n)]
+    val = [1.0] * (n * k)
+    for b, j in enumerate(bounded):
+        for i, it in enumerate(all_items):
+            first, last = bisect_left(starts, it.start), bisect_left(starts, it.end)
+            row += [n + b * len(starts) + s for s in range(first, last)]
+            col += [i * k + j] * (last - first)
+            val += [float(it.size)] * (last - first)
+    shape = (n + len(bounded) * len(starts), n * k)
+    rows = coo_matrix((val, (row, col)), shape=shape)
+    row_upper = [float(capacities[j]) for j in bounded for _ in starts]
+    lo = np.concatenate([np.ones(n), np.full(len(row_upper), -np.inf)])
+    hi = np.concatenate([np.ones(n), np.array(row_upper)])
+    result = milp(c, constraints=LinearConstraint(rows.tocsr(), lo, hi),
+                  integrality=np.ones(n * k) if integral else np.zeros(n * k),
+                  bounds=Bounds(lower, upper),
+                  options={"time_limit": time_limit, "disp": False})
+    if result.x is None:
+        return None
+    return [[float(result.x[i * k + j]) for j in range(k)] for i in range(n)]
+
+
+def assign(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
+           step_names: Sequence[str], constant_reads: Mapping[int, int],
+           constants_in: Sequence[int], arena_of: object,
+           time_limit: float = DEFAULT_TIME_LIMIT) -> Assignment:
+    """The bank of every item minimising the traffic cost with every bank's planned arena
+    within its capacity (``arena_of(items) -> bytes`` plans one bank's items), and the bounds.
+
+    ``constant_reads``: bytes read from each bank's constants (their cost is added);
+    ``constants_in``: bytes of constants held in each bank (taken from its capacity).
+    Raises ``PlanError`` naming the step and the bytes when no assignment can fit.
+    """
+    check_capacity(all_items, banks, steps, step_names, constants_in)
+    capacities = [None if b.capacity is None else b.capacity - constants_in[i]
+                  for i, b in enumerate(banks)]
+    fixed = sum(constant_reads.get(i, 0) * b.cost for i, b in enumerate(banks))
+    relaxed = _milp(all_items, banks, capacities, steps, False, "cost", time_limit)
+    served = _milp(all_items, banks, capacities, steps, False, "served", time_limit)
+    if relaxed is None or served is None:
+        raise PlanError(f"banks: no assignment of the {len(all_items)} storages fits the "
+                        f"capacities {[(b.name, b.capacity) for b in banks]}, even with "
+                        "storages split between banks; give the banks more capacity")
+    cost_bound = fixed + sum(x * it.traffic * b.cost for it, row in zip(all_items, relaxed or [])
+                             for x, b in zip(row, banks))
+    served_bound = int(sum(x * it.traffic for it, row in zip(all_items, served or [])
+                           for x in row[:-1]))
+    for _ in range(MAX_RESOLVES):
+        shares = _milp(all_items, banks, capacities, steps, True, "cost", time_limit)
+        if shares is None:
+            break
+        bank_of = {it.key: max(range(len(banks)), key=row.__getitem__)
+                   for it, row in zip(all_items, shares)}
+        over = _overflows(all_items, banks, capacities, bank_of, arena_of)
+        if not over:
+            cost = fixed + sum(it.traffic * banks[bank_of[it.key]].cost for it in all_items)
+            return Assignment(bank_of, cost, cost_bound, served_bound,
+                              tuple(capacities))
+        for j, excess in over.items():
+            capacities[j] -= excess
+    raise PlanError(f"banks: no assignment of the {len(all_items)} storages found whose "
+                    "planned arenas fit the capacities "
+                    f"{[(b.name, b.capacity) for b in banks]} (the live bytes fit, the "
+                    "packing does not); give the fast banks a little more capacity, or add an "
+                    "unbounded bank — please report this with the program")
+
+
+def _overflows(all_items: Sequence[Item], banks: Sequence[Bank],
+               capacities: Sequence[int | None], bank_of: Mapping[int | str, int],
+               arena_of: object) -> dict[int, int]:
+    """Bank index -> bytes its planned arena exceeds its capacity by (empty: all fit)."""
+    over = {}
+    for j, capacity in enumerate(capacities):
+        if capacity is None:
+            continue
+        arena = arena_of([it for it in all_items if bank_of[it.key] == j])
+        if arena > capacity:
+            over[j] = arena - capacity
+    return over

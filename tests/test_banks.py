@@ -1,0 +1,164 @@
+"""Memory banks (``banks.py``, issue 19): each storage in the bank that makes its traffic cheapest,
+each bank its own verified arena."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import tensorplan as tp
+from tensorplan.errors import InputError, PlanError
+
+KIB = 1024
+
+
+class Hot(torch.nn.Module):
+    """A 16 KiB value read once, and four 4 KiB values read eight times each, live together."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        big = x.exp()
+        small = [(y * (i + 1)).cos() for i in range(4)]
+        total = big.sum()
+        for _ in range(8):
+            total = total + sum(s.sum() for s in small)
+        return total
+
+
+def _hot(**options) -> tuple[tp.Program, tuple[torch.Tensor, ...]]:
+    args = (torch.randn(64, 64), torch.randn(32, 32))
+    banks = [tp.Bank("sram", 16 * KIB + 64, 1.0), tp.Bank("dram", None, 40.0)]
+    return tp.compile(Hot(), args, banks=banks, reuse=False, reorder=False, **options), args
+
+
+def _largest_first(plan: tp.MemoryPlan) -> float:
+    """The cost of largest-first (ExecuTorch's ``banked_greedy`` idea): each storage, biggest
+    first, into the fastest bank whose live bytes stay within its capacity."""
+    banks, load = plan.banks, {}
+    cost = 0.0
+    for storage in sorted(plan.storages.values(), key=lambda s: -s.size):
+        for bank in banks:
+            steps = range(storage.start, storage.end)
+            if bank.capacity is None or all(
+                    load.get((bank.name, t), 0) + storage.size <= bank.capacity for t in steps):
+                for t in steps:
+                    load[(bank.name, t)] = load.get((bank.name, t), 0) + storage.size
+                cost += storage.traffic * bank.cost
+                break
+    return cost
+
+
+def test_the_fast_bank_holds_the_bytes_read_most_not_the_largest() -> None:
+    prog, args = _hot()
+    plan = prog.plan
+    assert plan.bank_of("exp") == "dram"
+    assert {plan.bank_of(f"cos{suffix}") for suffix in ("", "_1", "_2", "_3")} == {"sram"}
+    sram, dram = plan.banks
+    assert (sram.name, sram.capacity, dram.capacity) == ("sram", 16 * KIB + 64, None)
+    assert sram.arena_bytes <= sram.capacity and sram.arena_bytes == sram.lower_bound_bytes
+    assert plan.arena_bytes == sram.arena_bytes + dram.arena_bytes
+    # largest-first puts x, the biggest, in sram and spills the values read most
+    assert (plan.traffic_cost, _largest_first(plan)) == (2_662_980.0, 3_781_188.0)
+    # the relaxation (a storage may be split between banks) bounds every assignment
+    assert plan.traffic_cost_bound == 2_488_260.0
+    assert plan.served_bound_bytes >= sram.traffic_bytes == 205_380
+    assert plan.traffic_cost == sum(s.traffic * next(b.cost for b in plan.banks
+                                                     if b.name == s.bank)
+                                    for s in plan.storages.values())
+    plan.verify()
+    torch.testing.assert_close(prog.run(*args), Hot()(*args))
+
+
+def test_traffic_counts_each_write_and_each_read() -> None:
+    prog, _ = _hot()
+    exp = prog.plan.storages[prog.specs["exp"].storage]
+    assert exp.traffic == 16 * KIB * 2  # written once by exp, read once by its sum
+    cos = prog.plan.storages[prog.specs["cos"].storage]
+    assert cos.traffic == 4 * KIB * (1 + 8)  # written once, read by each of eight sums
+    x = prog.plan.storages[prog.specs["x"].storage]
+    assert x.traffic == 16 * KIB * 2  # copied in, read by exp
+
+
+def test_pins_are_honoured() -> None:
+    prog, args = _hot(pin={"x": "sram", "cos_3": "dram"})
+    assert prog.plan.bank_of("x") == "sram" and prog.plan.bank_of("cos_3") == "dram"
+    prog.plan.verify()
+    torch.testing.assert_close(prog.run(*args), Hot()(*args))
+
+
+def test_a_capacity_nothing_can_meet_names_the_step_and_the_bytes() -> None:
+    args = (torch.randn(64, 64), torch.randn(32, 32))
+    banks = [tp.Bank("sram", 8 * KIB, 1.0), tp.Bank("dram", 8 * KIB, 40.0)]
+    with pytest.raises(PlanError, match=r"at step \d+ \('\w+'\) the live values take \d+ B, "
+                                        r"above the 16384 B of all banks together"):
+        tp.compile(Hot(), args, banks=banks, reuse=False, reorder=False)
+
+
+def test_pins_over_a_banks_capacity_are_refused() -> None:
+    args = (torch.randn(64, 64), torch.randn(32, 32))
+    banks = [tp.Bank("sram", 8 * KIB, 1.0), tp.Bank("dram", None, 40.0)]
+    with pytest.raises(PlanError, match="the values pinned to 'sram' take 16384 B"):
+        tp.compile(Hot(), args, banks=banks, pin={"exp": "sram"}, reuse=False, reorder=False)
+
+
+def test_every_bank_is_verified_on_its_own() -> None:
+    prog, _ = _hot()
+    plan = prog.plan
+    cos, cos_1 = (plan.storages[prog.specs[v].storage] for v in ("cos", "cos_1"))
+    assert cos.bank == cos_1.bank == "sram" and cos.offset != cos_1.offset
+    moved = dataclasses.replace(cos_1, offset=cos.offset)  # both live from step 6 to 76
+    broken = dataclasses.replace(plan, storages={**plan.storages, moved.id: moved})
+    with pytest.raises(PlanError, match="bank 'sram': .*overlap"):
+        broken.verify()
+    # the same offsets in two banks do not overlap
+    dram = [s for s in plan.storages.values() if s.bank == "dram"]
+    assert any(s.offset == cos.offset and s.start < cos.end and cos.start < s.end
+               for s in dram)
+    plan.verify()
+    over = dataclasses.replace(plan, banks=(dataclasses.replace(plan.banks[0], capacity=64),
+                                            plan.banks[1]))
+    with pytest.raises(PlanError, match="bank 'sram': arena .* exceed its capacity 64 B"):
+        over.verify()
+
+
+def test_without_banks_the_plan_is_one_arena_as_before() -> None:
+    args = (torch.randn(64, 64), torch.randn(32, 32))
+    prog = tp.compile(Hot(), args, reuse=False, reorder=False)
+    assert prog.plan.banks == () and prog.plan.bank_of("exp") == ""
+    one = tp.compile(Hot(), args, banks=[tp.Bank("all", None, 1.0)], reuse=False,
+                     reorder=False)
+    assert one.plan.arena_bytes == prog.plan.arena_bytes
+    assert {s.offset for s in one.plan.storages.values()} == \
+        {s.offset for s in prog.plan.storages.values()}
+
+
+def test_banks_survive_save_and_load(tmp_path) -> None:
+    prog, args = _hot()
+    prog.save(tmp_path / "hot.tplan")
+    loaded = tp.load(tmp_path / "hot.tplan")
+    assert loaded.plan == prog.plan
+    torch.testing.assert_close(loaded.run(*args), Hot()(*args))
+
+
+@pytest.mark.parametrize("banks, message", [
+    ([], "non-empty list"),
+    ([tp.Bank("a", None, 1.0), tp.Bank("a", None, 2.0)], "unique"),
+    ([tp.Bank("a", -1, 1.0)], "capacity -1"),
+    ([tp.Bank("a", None, 0.0)], "cost 0.0"),
+    ([tp.Bank("slow", None, 40.0), tp.Bank("fast", 1024, 1.0)], "fastest first"),
+])
+def test_malformed_banks_are_refused(banks, message) -> None:
+    with pytest.raises(InputError, match=message):
+        tp.compile(torch.nn.Linear(4, 4), (torch.randn(2, 4),), banks=banks)
+
+
+def test_a_pin_must_name_a_value_and_a_bank() -> None:
+    banks = [tp.Bank("sram", 1024, 1.0), tp.Bank("dram", None, 40.0)]
+    model, args = torch.nn.Linear(4, 4), (torch.randn(2, 4),)
+    with pytest.raises(InputError, match="not one of"):
+        tp.compile(model, args, banks=banks, pin={"input": "l2"})
+    with pytest.raises(InputError, match="cannot pin 'nothing'"):
+        tp.compile(model, args, banks=banks, pin={"nothing": "sram"})
+    with pytest.raises(InputError, match="need banks"):
+        tp.compile(model, args, pin={"input": "sram"})

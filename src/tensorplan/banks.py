@@ -15,10 +15,12 @@ then planned as its own arena (``plan.py``). The choice is an optimisation:
   its capacity (fragmentation: the planners reach the live-bytes bound almost always) is solved
   again with the capacity lowered by the excess.
 
-The same program with its integrality dropped (a fraction of a storage may sit in a bank) is
-solved too: its cost is a lower bound on the cost of any assignment, and its traffic outside
-the slowest bank an upper bound on the traffic any assignment serves from the faster banks, so
-each plan says how far it is from the best possible.
+Each plan says how far it is from the best possible: HiGHS's proven dual bound on that integer
+program (at least as tight as its fractional relaxation, where a storage may be split between
+banks, which the search starts from; equal to the solution when it is proven optimal) bounds
+the cost of every assignment that fits, since an assignment fits only if its live bytes do;
+a second solve, maximising the traffic outside the slowest bank, bounds the traffic any
+assignment serves from the faster banks.
 
 Pins (``pin={"b_k_cache": "dram"}``: inputs, outputs, state, any value by name; a view pins
 its base) fix a storage's bank. Constants are not in an arena; they are read from
@@ -81,8 +83,9 @@ class Assignment:
 
     bank_of: Mapping[int | str, int]  # item key -> bank index
     cost: float                       # sum of traffic x bank cost (constants' reads included)
-    cost_bound: float                 # no assignment costs less (the fractional relaxation)
-    served_bound: int                 # no assignment serves more traffic outside the last bank
+    cost_bound: float                 # no assignment that fits costs less (proven)
+    served_bound: int                 # no assignment serves more traffic outside the last
+    #                                   bank (proven)
     capacities: tuple[int | None, ...]  # the capacities the solution met (after tightening)
 
 
@@ -274,17 +277,26 @@ def _check_steps(load: Sequence[int], capacity: int | None, step_names: Sequence
                         "(or an unbounded bank)")
 
 
+@dataclass(frozen=True)
+class _Solved:
+    """One solve: the bank shares found (None: none found) and the proven bound on the
+    objective (HiGHS's dual bound: no assignment does better)."""
+
+    shares: list[list[float]] | None  # x[i][k]: the share of item i in bank k
+    bound: float
+
+
 def _milp(all_items: Sequence[Item], banks: Sequence[Bank], capacities: Sequence[int | None],
-          steps: int, integral: bool, objective: str, time_limit: float) -> list[list[float]] | None:
-    """x[i][k]: the share of item i in bank k minimising cost (or maximising the traffic
-    outside the last bank), subject to the bounded banks' capacities; None if infeasible."""
+          objective: str, time_limit: float) -> _Solved:
+    """The assignment minimising cost (or maximising the traffic outside the last bank, as a
+    negative), subject to the bounded banks' capacities at every step a storage starts."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
     n, k = len(all_items), len(banks)
     if n == 0:
-        return []
+        return _Solved([], 0.0)
     if objective == "cost":
         c = np.array([it.traffic * b.cost for it in all_items for b in banks], dtype=float)
     else:
@@ -313,12 +325,16 @@ def _milp(all_items: Sequence[Item], banks: Sequence[Bank], capacities: Sequence
     lo = np.concatenate([np.ones(n), np.full(len(row_upper), -np.inf)])
     hi = np.concatenate([np.ones(n), np.array(row_upper)])
     result = milp(c, constraints=LinearConstraint(rows.tocsr(), lo, hi),
-                  integrality=np.ones(n * k) if integral else np.zeros(n * k),
-                  bounds=Bounds(lower, upper),
+                  integrality=np.ones(n * k), bounds=Bounds(lower, upper),
                   options={"time_limit": time_limit, "disp": False})
-    if result.x is None:
-        return None
-    return [[float(result.x[i * k + j]) for j in range(k)] for i in range(n)]
+    if result.status == 2:  # proven infeasible
+        return _Solved(None, math.inf)
+    bound = getattr(result, "mip_dual_bound", None)
+    bound = float(result.fun if bound is None or math.isnan(bound) else bound) \
+        if result.x is not None else -math.inf
+    shares = None if result.x is None else \
+        [[float(result.x[i * k + j]) for j in range(k)] for i in range(n)]
+    return _Solved(shares, bound)
 
 
 def assign(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
@@ -336,29 +352,27 @@ def assign(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
     capacities = [None if b.capacity is None else b.capacity - constants_in[i]
                   for i, b in enumerate(banks)]
     fixed = sum(constant_reads.get(i, 0) * b.cost for i, b in enumerate(banks))
-    relaxed = _milp(all_items, banks, capacities, steps, False, "cost", time_limit)
-    served = _milp(all_items, banks, capacities, steps, False, "served", time_limit)
-    if relaxed is None or served is None:
+    first = _milp(all_items, banks, capacities, "cost", time_limit)
+    if first.shares is None:
         raise PlanError(f"banks: no assignment of the {len(all_items)} storages fits the "
-                        f"capacities {[(b.name, b.capacity) for b in banks]}, even with "
-                        "storages split between banks; give the banks more capacity")
-    cost_bound = fixed + sum(x * it.traffic * b.cost for it, row in zip(all_items, relaxed or [])
-                             for x, b in zip(row, banks))
-    served_bound = int(sum(x * it.traffic for it, row in zip(all_items, served or [])
-                           for x in row[:-1]))
+                        f"capacities {[(b.name, b.capacity) for b in banks]} (none found in "
+                        f"{time_limit:g} s); give the banks more capacity")
+    cost_bound = fixed + first.bound
+    served_bound = int(-_milp(all_items, banks, capacities, "served", time_limit).bound)
+    solved = first
     for _ in range(MAX_RESOLVES):
-        shares = _milp(all_items, banks, capacities, steps, True, "cost", time_limit)
-        if shares is None:
+        if solved.shares is None:
             break
         bank_of = {it.key: max(range(len(banks)), key=row.__getitem__)
-                   for it, row in zip(all_items, shares)}
+                   for it, row in zip(all_items, solved.shares)}
         over = _overflows(all_items, banks, capacities, bank_of, arena_of)
         if not over:
             cost = fixed + sum(it.traffic * banks[bank_of[it.key]].cost for it in all_items)
-            return Assignment(bank_of, cost, cost_bound, served_bound,
+            return Assignment(bank_of, cost, min(cost_bound, cost), served_bound,
                               tuple(capacities))
         for j, excess in over.items():
             capacities[j] -= excess
+        solved = _milp(all_items, banks, capacities, "cost", time_limit)
     raise PlanError(f"banks: no assignment of the {len(all_items)} storages found whose "
                     "planned arenas fit the capacities "
                     f"{[(b.name, b.capacity) for b in banks]} (the live bytes fit, the "

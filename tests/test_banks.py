@@ -162,3 +162,47 @@ def test_a_pin_must_name_a_value_and_a_bank() -> None:
         tp.compile(model, args, banks=banks, pin={"nothing": "sram"})
     with pytest.raises(InputError, match="need banks"):
         tp.compile(model, args, pin={"input": "sram"})
+
+
+def test_a_pinned_constant_takes_its_banks_capacity_and_pays_its_cost() -> None:
+    model, x = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                   torch.nn.Linear(256, 4)).eval(), torch.randn(8, 64)
+    banks = [tp.Bank("sram", 80 * KIB, 1.0), tp.Bank("dram", None, 40.0)]
+    plan = tp.compile(model, (x,), banks=banks, pin={"p_0_weight": "sram"}).plan
+    sram, dram = plan.banks
+    assert sram.constant_bytes == 256 * 64 * 4  # the first weight, read from sram
+    assert dram.constant_bytes == plan.constant_bytes - sram.constant_bytes
+    assert sram.arena_bytes + sram.constant_bytes <= 80 * KIB
+    # every byte the run reads from a constant is paid at its bank's cost
+    assert sram.traffic_bytes >= 256 * 64 * 4 and dram.traffic_bytes >= 4 * 256 * 4
+    plan.verify()
+
+
+def test_cli_plan_prints_each_bank_and_writes_them_in_json(tmp_path, capsys) -> None:
+    import json
+
+    from tensorplan.cli import main
+
+    out = tmp_path / "plan.json"
+    assert main(["plan", "zoo:mlp", "--bank", "sram=8KiB", "--bank", "dram@40",
+                 "--pin", "x=dram", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "memory banks: traffic cost 3,283,008 (proven bound 3,283,008, +0.0%)" in text
+    row = next(line for line in text.splitlines() if line.startswith("│ sram"))
+    assert "8,192 B (8.0 KiB)" in row and "32,768 (x1)" in row
+    doc = json.loads(out.read_text())
+    assert [(b["name"], b["capacity"], b["cost"]) for b in doc["banks"]] == [
+        ("sram", 8192, 1.0), ("dram", None, 40.0)]
+    assert {s["bank"] for s in doc["storages"]} == {"sram", "dram"}
+    assert doc["traffic_cost"] == 3_283_008.0  # 32,768 B x 1 + 81,256 B x 40
+
+
+def test_cli_bank_costs_default_to_ten_times_the_one_before(capsys) -> None:
+    from tensorplan.cli import main
+
+    assert main(["plan", "zoo:mlp", "--bank", "tcm=4KiB", "--bank", "sram=8KiB",
+                 "--bank", "dram"]) == 0
+    text = capsys.readouterr().out
+    for name, cost in (("tcm", "x1)"), ("sram", "x10)"), ("dram", "x100)")):
+        assert next(line for line in text.splitlines()
+                    if line.startswith(f"│ {name} ")).rstrip(" │").endswith(cost)

@@ -126,9 +126,12 @@ def bank_request(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
             continue
         ids = alias.storage_ids(value) if value in alias.storage_of else ()
         if not ids or alias.storages[ids[0]].graph:
+            inputs = [s.arg.name for s in program.graph_signature.input_specs
+                      if s.kind.name in ("USER_INPUT", "BUFFER")]
             raise InputError(f"banks: cannot pin {value!r}: it is not a value of the top-level "
-                             "graph with a storage (a constant, an input, an output, state or "
-                             "any computed value by its node name)")
+                             "graph with a storage; pin an input or buffer "
+                             f"({', '.join(inputs)}), a constant, or any computed value by its "
+                             "node name")
         pins[ids[0]] = where
     read_from = [0] * len(banks)
     held = [0] * len(banks)
@@ -179,6 +182,14 @@ def _entries(entry: object) -> tuple[TensorSpec | None, ...]:
     return tuple(s if isinstance(s, TensorSpec) else None for s in items)
 
 
+def _base(node: torch.fx.Node) -> torch.fx.Node:
+    """The node a chain of views starts from (a view is read through its base)."""
+    while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+            and is_view(node.target) and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    return node
+
+
 def traffic(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
             folded: frozenset[str] = frozenset()) -> tuple[dict[int, int], dict[str, int]]:
     """Bytes moved per storage (written by its producers, read by its readers, a view read
@@ -188,12 +199,11 @@ def traffic(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
     per_constant: dict[str, int] = {}
 
     def touch(value: str, nbytes: int) -> None:
-        spec = specs.spec_of(value)
-        if spec is not None and spec.const:
+        ids = alias.storage_ids(value) if value in alias.storage_of else ()
+        if ids and ids[0] is not None:
+            per_storage[ids[0]] = per_storage.get(ids[0], 0) + nbytes
+        else:  # a constant, or a view of one (a weight's transpose)
             per_constant[value] = per_constant.get(value, 0) + nbytes
-            return
-        for storage in alias.storage_ids(value)[:1]:
-            per_storage[storage] = per_storage.get(storage, 0) + nbytes
 
     for module, prefix in graph_modules(program.graph_module):
         for node in module.graph.nodes:
@@ -217,7 +227,7 @@ def traffic(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
             for arg in node.all_input_nodes:
                 spec = specs.spec_of(prefix + arg.name)
                 if spec is not None:
-                    touch(prefix + arg.name, spec.nbytes)
+                    touch(prefix + _base(arg).name, spec.nbytes)
     return per_storage, per_constant
 
 

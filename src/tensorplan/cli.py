@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import textwrap
 import time
@@ -25,6 +26,7 @@ from rich.table import Table
 
 from tensorplan import zoo
 from tensorplan.arena_budget import check_arena, parse_bytes
+from tensorplan.banks import Bank
 from tensorplan.bench import BenchRow, bench_target, check_algorithms
 from tensorplan.capture import capture
 from tensorplan.dsa import load_instance, write_solution
@@ -43,6 +45,7 @@ from tensorplan.report import (
 )
 from tensorplan.report.compare import compare
 from tensorplan.report.diff import diff_plans, diff_report, read_plan_file
+from tensorplan.report.banks import bank_table
 from tensorplan.report.html import placement_plan, write_html, write_page
 from tensorplan.report.patches import patching_table
 from tensorplan.report.pte import pte_tables
@@ -205,6 +208,17 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         metavar="auto|RxC",
         help="run the high-resolution prefix patch by patch: auto, or a grid such as 4x4",
     )
+    parser.add_argument(
+        "--bank",
+        type=_bank,
+        action="append",
+        default=None,
+        metavar="NAME[=CAPACITY][@COST]",
+        help="a memory bank, fastest first, repeated (sram=256KiB dram): each bank's cost "
+             "defaults to 10x the one before's, its capacity to unbounded",
+    )
+    parser.add_argument("--pin", type=_pin, action="append", default=[], metavar="VALUE=BANK",
+                        help="keep a value (input, output, state, constant) in a bank")
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
@@ -224,6 +238,37 @@ def _patches(text: str) -> str | tuple[int, int]:
     return int(rows), int(cols)
 
 
+def _bank(text: str) -> tuple[str, int | None, float | None]:
+    """``NAME[=CAPACITY][@COST]``: a bank's name, capacity (None: unbounded), cost (None: the
+    default)."""
+    match = re.fullmatch(r"([A-Za-z_][\w.-]*)(?:=([^@]+))?(?:@([0-9.]+))?", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected NAME[=CAPACITY][@COST] such as "
+                                         f"sram=256KiB@1 or dram, got {text}")
+    capacity = _byte_count(match.group(2)) if match.group(2) else None
+    return match.group(1), capacity, float(match.group(3)) if match.group(3) else None
+
+
+def _pin(text: str) -> tuple[str, str]:
+    value, equals, bank = text.partition("=")
+    if not (value and equals and bank):
+        raise argparse.ArgumentTypeError(f"expected VALUE=BANK such as b_k_cache=dram, got {text}")
+    return value, bank
+
+
+BANK_COST_STEP = 10.0  # a bank given without @COST costs this much more than the one before
+
+
+def _banks(given: list[tuple[str, int | None, float | None]] | None) -> tuple[Bank, ...] | None:
+    if not given:
+        return None
+    banks, cost = [], 1.0
+    for name, capacity, price in given:
+        cost = price if price is not None else (cost * BANK_COST_STEP if banks else 1.0)
+        banks.append(Bank(name, capacity, cost))
+    return tuple(banks)
+
+
 def _params(args: argparse.Namespace) -> CompileOptions | None:
     """Compile options given on the command line, or None when none was given."""
     given = {
@@ -232,9 +277,13 @@ def _params(args: argparse.Namespace) -> CompileOptions | None:
         if (value := getattr(args, key)) is not None
     }
     switches = ScheduleOptions(args.reuse, args.reorder, args.fold)
-    if not given and switches == ScheduleOptions() and args.patches is None:
+    banks = _banks(getattr(args, "bank", None))
+    pins = tuple(getattr(args, "pin", ()))
+    if not given and switches == ScheduleOptions() and args.patches is None and banks is None \
+            and not pins:
         return None
-    return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches, args.patches)
+    return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches, args.patches,
+                          banks, pins)
 
 
 def _write_outputs(program: Program, args: argparse.Namespace) -> None:
@@ -288,6 +337,8 @@ def _report_plan(program: Program, args: argparse.Namespace) -> None:
     if program.patching is not None:
         console.print(patching_table(program.patching))
     console.print(plan_summary(program))
+    if program.plan.banks:
+        console.print(bank_table(program.plan))
     headroom = check_arena(program.plan, args.max_arena)
     if headroom is not None:
         print(f"fits the budget of {args.max_arena:,} B with {headroom:,} B to spare")

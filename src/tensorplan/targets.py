@@ -25,6 +25,7 @@ from torch.export import ExportedProgram
 from . import zoo
 from .artifact import is_artifact
 from .capture import capture
+from .banks import Bank
 from .errors import InputError
 from .plan import PlanOptions
 from .program import Program, compile, load
@@ -40,6 +41,8 @@ class CompileOptions:
     plan: PlanOptions = PlanOptions()              # planner, alignment, time limit, tuning
     schedule: ScheduleOptions = ScheduleOptions()  # in-place reuse, node order, folding
     patches: str | tuple[int, int] | None = None   # patch-by-patch prefix (patches.py)
+    banks: tuple[Bank, ...] | None = None          # memory banks, fastest first (banks.py)
+    pin: tuple[tuple[str, str], ...] = ()          # (value, bank) pins
 
 
 def load_target(target: str, params: CompileOptions | None = None,
@@ -86,7 +89,7 @@ def _options(params: CompileOptions | None) -> dict[str, Any]:
     p, s = options.plan, options.schedule
     return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit,
             "planner_params": p.params, "reuse": s.reuse, "reorder": s.reorder, "fold": s.fold,
-            "patches": options.patches}
+            "patches": options.patches, "banks": options.banks, "pin": dict(options.pin) or None}
 
 
 def load_exported(path: str) -> ExportedProgram:

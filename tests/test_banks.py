@@ -206,3 +206,70 @@ def test_cli_bank_costs_default_to_ten_times_the_one_before(capsys) -> None:
     for name, cost in (("tcm", "x1)"), ("sram", "x10)"), ("dram", "x100)")):
         assert next(line for line in text.splitlines()
                     if line.startswith(f"│ {name} ")).rstrip(" │").endswith(cost)
+
+
+CHECK_BANKS_C = r"""
+#include <stdio.h>
+#include "plan.h"
+
+static unsigned bank_of(uint32_t storage) {
+    unsigned i;
+    for (i = 0; i < HOT_NUM_STORAGES; ++i)
+        if (hot_storage_ids[i] == storage) return hot_storage_banks[i];
+    return 99u;
+}
+
+int main(void) {
+    const uint64_t arena[HOT_NUM_BANKS] = {HOT_BANK_SRAM_ARENA_BYTES, HOT_BANK_DRAM_ARENA_BYTES};
+    unsigned long pairs = 0;
+    int bad = 0;
+    unsigned i, j;
+    if (HOT_BANK_SRAM_ARENA_BYTES > HOT_BANK_SRAM_CAPACITY) bad = 1;
+    if (HOT_BANK_SRAM_ARENA_BYTES + HOT_BANK_DRAM_ARENA_BYTES != HOT_ARENA_BYTES) bad = 1;
+    for (i = 0; i < HOT_NUM_VALUES; ++i) {
+        const tensorplan_value_t *a = &hot_values[i];
+        unsigned bank = bank_of(a->storage);
+        if (bank >= HOT_NUM_BANKS || a->offset + a->size > arena[bank]) {
+            printf("outside its bank %s\n", a->name);
+            bad = 1;
+            continue;
+        }
+        for (j = i + 1; j < HOT_NUM_VALUES; ++j) {
+            const tensorplan_value_t *b = &hot_values[j];
+            if (a->storage == b->storage || bank_of(b->storage) != bank) continue;
+            if (a->start >= b->end || b->start >= a->end) continue;
+            ++pairs;
+            if (a->offset < b->offset + b->size && b->offset < a->offset + a->size) {
+                printf("overlap %s %s\n", a->name, b->name);
+                bad = 1;
+            }
+        }
+    }
+    printf("%lu %u %u\n", pairs, HOT_BANK_SRAM_NUM_STORAGES, HOT_BANK_DRAM_NUM_STORAGES);
+    return bad;
+}
+"""
+
+
+def test_the_c_header_has_one_arena_and_offset_table_per_bank(tmp_path) -> None:
+    import subprocess
+
+    from tensorplan.report import plan_to_c_header
+
+    prog, _ = _hot()
+    (tmp_path / "plan.h").write_text(plan_to_c_header(prog, "hot"))
+    (tmp_path / "check.c").write_text(CHECK_BANKS_C)
+    built = subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                            "check.c", "-o", "check"], cwd=tmp_path, capture_output=True,
+                           text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run([str(tmp_path / "check")], capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stdout
+    storages = prog.plan.storages.values()
+    in_sram = sum(s.bank == "sram" for s in storages)
+    rows = [prog.plan.storages[spec.storage] for _, spec in prog.specs.tensors()
+            if spec.storage is not None]  # one per value, as the C side walks them
+    pairs = sum(1 for i, a in enumerate(rows) for b in rows[i + 1:] if a.id != b.id
+                and a.bank == b.bank and a.start < b.end and b.start < a.end)
+    assert pairs > 0 and ran.stdout.split() == [str(pairs), str(in_sram),
+                                                str(len(storages) - in_sram)]

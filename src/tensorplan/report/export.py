@@ -38,15 +38,48 @@ def _comment(text: str) -> str:
 
 
 def _storage_lines(prefix: str, s: PlannedStorage) -> tuple[str, list[str]]:
-    """The macro stem of one storage and its comment and two ``#define`` lines."""
+    """The macro stem of one storage and its comment and two ``#define`` lines (three with
+    banks: its bank's id)."""
     stem = f"{prefix}_S{s.id}_{c_identifier(s.values[0]) if s.values else 'EMPTY'}"
     where = f" of {s.graph}" if s.graph else ""
+    bank = f", bank {s.bank}" if s.bank else ""
     return stem, [
-        _comment(f"storage {s.id}, {s.kind}, steps [{s.start}, {s.end}){where}: "
+        _comment(f"storage {s.id}, {s.kind}, steps [{s.start}, {s.end}){where}{bank}: "
                  + ", ".join(s.values)),
         f"#define {stem}_OFFSET {s.offset}u",
         f"#define {stem}_SIZE {s.size}u",
+        *([f"#define {stem}_BANK {_bank_stem(prefix, s.bank)}_ID"] if s.bank else []),
     ]
+
+
+def _bank_stem(prefix: str, bank: str) -> str:
+    return f"{prefix}_BANK_{c_identifier(bank)}"
+
+
+def _bank_lines(prefix: str, plan: MemoryPlan, stems: dict[int, str]) -> list[str]:
+    """Per memory bank: its id, arena bytes, capacity, and its own table of storage ids and
+    offsets (offsets from the start of that bank's arena)."""
+    lower = prefix.lower()
+    lines = [f"#define {prefix}_NUM_BANKS {len(plan.banks)}u", ""]
+    for index, bank in enumerate(plan.banks):
+        stem = _bank_stem(prefix, bank.name)
+        members = sorted(s.id for s in plan.storages.values() if s.bank == bank.name)
+        lines += [_comment(f"bank {bank.name}: cost {bank.cost:g} per byte moved, "
+                           f"{bank.traffic_bytes} B moved per run"),
+                  f"#define {stem}_ID {index}u",
+                  f"#define {stem}_ARENA_BYTES {bank.arena_bytes}u",
+                  f"#define {stem}_CONSTANT_BYTES {bank.constant_bytes}u",
+                  *([f"#define {stem}_CAPACITY {bank.capacity}u"]
+                    if bank.capacity is not None else []),
+                  f"#define {stem}_NUM_STORAGES {len(members)}u"]
+        if members:
+            name = f"{lower}_bank_{c_identifier(bank.name).lower()}"
+            count = f"{stem}_NUM_STORAGES"
+            lines += c_array("uint32_t", f"{name}_storage_ids", count, [str(i) for i in members])
+            lines += c_array("uint64_t", f"{name}_storage_offsets", count,
+                            [f"{stems[i]}_OFFSET" for i in members])
+        lines.append("")
+    return lines
 
 
 def _header_numbers(prefix: str, plan: MemoryPlan) -> list[str]:
@@ -69,6 +102,12 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
     ``c_values.value_table``): ``<NAME>_NUM_VALUES`` and ``<name>_values``, one
     ``tensorplan_value_t`` per planned value (name, storage, offset, size, lifetime, dtype code,
     kind, rank, upper-bound shape, dim order), with ``<name>_graphs`` naming the graphs.
+
+    With memory banks, ``_ARENA_BYTES`` is their sum and offsets are from the start of each
+    storage's bank: ``<NAME>_NUM_BANKS``, and per bank ``<NAME>_BANK_<BANK>_ID``,
+    ``_ARENA_BYTES``, ``_CONSTANT_BYTES``, ``_CAPACITY`` (bounded banks), ``_NUM_STORAGES`` and
+    its own ``<name>_bank_<bank>_storage_ids`` / ``_storage_offsets``; each storage's
+    ``_BANK`` names its bank's id, and ``<name>_storage_banks`` lists them in storage-id order.
     """
     prefix = c_identifier(name)
     lower = prefix.lower()
@@ -82,6 +121,9 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
         stem, block = _storage_lines(prefix, storage)
         stems.append(stem)
         lines += [*block, ""]
+    if plan.banks:
+        lines += _bank_lines(prefix, plan, {s.id: stem for s, stem in zip(storages, stems,
+                                                                         strict=True)})
     if storages:
         count = f"{prefix}_NUM_STORAGES"
         lines += c_array("uint32_t", f"{lower}_storage_ids", count, [str(s.id) for s in storages])
@@ -89,6 +131,9 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
                         [f"{stem}_OFFSET" for stem in stems])
         lines += c_array("uint64_t", f"{lower}_storage_sizes", count,
                         [f"{stem}_SIZE" for stem in stems])
+        if plan.banks:
+            lines += c_array("uint32_t", f"{lower}_storage_banks", count,
+                            [f"{stem}_BANK" for stem in stems])
         lines.append("")
     lines += [*value_table(prefix, plan, program.specs), ""]
     lines.append(f"#endif {_comment(f'TENSORPLAN_{prefix}_H')}")

@@ -250,3 +250,53 @@ def best_result(results: Sequence[ExecuTorchResult]) -> ExecuTorchResult | None:
     """
     valid = [result for result in results if result.failed in (None, "run")]
     return min(valid, key=lambda result: result.arena or 0) if valid else None
+
+
+UNBOUNDED_BANK_BYTES = 1 << 40  # the size given to an unbounded bank: ExecuTorch's need one
+
+
+def lower_banked_greedy(exported: Any, banks: Sequence[Any]) -> Any:
+    """``exported`` lowered by ExecuTorch with its ``banked_greedy`` planner over ``banks``
+    (``tp.Bank``, fastest first; bank ``k`` is ``mem_id`` ``k + 1``); raises ExecuTorch's
+    ``BankPlacementError`` when it finds no placement."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge
+    from executorch.exir.banked_memory_planning import Bank as ExecuTorchBank
+    from executorch.exir.banked_memory_planning import (
+        TargetMemoryMap,
+        banked_memory_planning_pass,
+    )
+
+    target = TargetMemoryMap([ExecuTorchBank(bank.name, UNBOUNDED_BANK_BYTES
+                                             if bank.capacity is None else bank.capacity, k + 1)
+                              for k, bank in enumerate(banks)])
+    with torch.no_grad():
+        edge = to_edge(exported)
+        return edge.to_executorch(ExecutorchBackendConfig(
+            memory_planning_pass=banked_memory_planning_pass(target)))
+
+
+@dataclass(frozen=True)
+class BankedResult:
+    """One lowered program's banks, measured one way for every planner."""
+
+    arenas: tuple[int, ...]   # bytes of each bank's arena (mem_id 1, 2, ...)
+    traffic: tuple[int, ...]  # bytes moved per run in each bank (``mem_id_traffic``)
+    cost: float               # sum of traffic x bank cost
+
+    @property
+    def fast_share(self) -> float:
+        """The share of the traffic served outside the slowest bank."""
+        total = sum(self.traffic)
+        return sum(self.traffic[:-1]) / total if total else 0.0
+
+
+def banked_result(manager: Any, banks: Sequence[Any]) -> BankedResult:
+    """The arenas and traffic of a lowered program's ``forward``, per bank."""
+    from tensorplan.integrations.executorch.banks import mem_id_traffic
+
+    sizes = list(manager.executorch_program.execution_plan[0].non_const_buffer_sizes)
+    moved = mem_id_traffic(manager.exported_program().graph_module)
+    arenas = tuple(sizes[k + 1] if k + 1 < len(sizes) else 0 for k in range(len(banks)))
+    traffic = tuple(moved.get(k + 1, 0) for k in range(len(banks)))
+    return BankedResult(arenas, traffic, sum(t * b.cost for t, b in zip(traffic, banks,
+                                                                        strict=True)))

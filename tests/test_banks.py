@@ -89,10 +89,14 @@ def test_pins_are_honoured() -> None:
 
 def test_a_capacity_nothing_can_meet_names_the_step_and_the_bytes() -> None:
     args = (torch.randn(64, 64), torch.randn(32, 32))
-    banks = [tp.Bank("sram", 8 * KIB, 1.0), tp.Bank("dram", 8 * KIB, 40.0)]
-    with pytest.raises(PlanError, match=r"at step \d+ \('\w+'\) the live values take \d+ B, "
-                                        r"above the 16384 B of all banks together"):
+    banks = [tp.Bank("sram", 16 * KIB + 64, 1.0), tp.Bank("dram", 16 * KIB + 64, 40.0)]
+    with pytest.raises(PlanError, match=r"at step 2 \('exp'\) the live values take 36864 B, "
+                                        r"above the 32896 B of all banks together"):
         tp.compile(Hot(), args, banks=banks, reuse=False, reorder=False)
+    small = [tp.Bank("sram", 8 * KIB, 1.0), tp.Bank("dram", 8 * KIB, 40.0)]
+    with pytest.raises(PlanError, match=r"storage 0 \(16384 B, live from step 0, 'x'\) is "
+                                        r"larger than every bank \(the largest holds 8192 B\)"):
+        tp.compile(Hot(), args, banks=small, reuse=False, reorder=False)
 
 
 def test_pins_over_a_banks_capacity_are_refused() -> None:

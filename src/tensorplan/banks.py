@@ -270,6 +270,13 @@ def check_capacity(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
         pinned = [it for it in all_items if it.pinned == i]
         _check_steps(_load(pinned, steps), usable[i], step_names,
                      f"the values pinned to {bank.name!r}", f"its {usable[i]} B")
+    largest = max(usable, key=lambda u: math.inf if u is None else u, default=None)
+    for item in all_items:
+        if largest is not None and item.size > largest:
+            raise PlanError(f"banks: storage {item.key!r} ({item.size} B, live from step "
+                            f"{item.start}, {step_names[item.start]!r}) is larger than every "
+                            f"bank (the largest holds {largest} B); no assignment fits: give "
+                            "a bank more capacity (or add an unbounded bank)")
     if all(u is not None for u in usable):
         _check_steps(_load(all_items, steps), sum(usable), step_names, "the live values",
                      f"the {sum(usable)} B of all banks together")
@@ -294,6 +301,7 @@ class _Solved:
 
     shares: list[list[float]] | None  # x[i][k]: the share of item i in bank k
     bound: float
+    infeasible: bool = False  # proven: no assignment meets the capacities
 
 
 def _milp(all_items: Sequence[Item], banks: Sequence[Bank], capacities: Sequence[int | None],
@@ -338,7 +346,7 @@ def _milp(all_items: Sequence[Item], banks: Sequence[Bank], capacities: Sequence
                   integrality=np.ones(n * k), bounds=Bounds(lower, upper),
                   options={"time_limit": time_limit, "disp": False})
     if result.status == 2:  # proven infeasible
-        return _Solved(None, math.inf)
+        return _Solved(None, math.inf, True)
     bound = getattr(result, "mip_dual_bound", None)
     bound = float(result.fun if bound is None or math.isnan(bound) else bound) \
         if result.x is not None else -math.inf
@@ -364,9 +372,11 @@ def assign(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
     fixed = sum(constant_reads.get(i, 0) * b.cost for i, b in enumerate(banks))
     first = _milp(all_items, banks, capacities, "cost", time_limit)
     if first.shares is None:
+        why = "proven: the live bytes cannot be split among the banks at some step" \
+            if first.infeasible else f"none found in {time_limit:g} s"
         raise PlanError(f"banks: no assignment of the {len(all_items)} storages fits the "
-                        f"capacities {[(b.name, b.capacity) for b in banks]} (none found in "
-                        f"{time_limit:g} s); give the banks more capacity")
+                        f"capacities {[(b.name, b.capacity) for b in banks]} ({why}); give "
+                        "the banks more capacity")
     cost_bound = fixed + first.bound
     served_bound = int(-_milp(all_items, banks, capacities, "served", time_limit).bound)
     solved = first

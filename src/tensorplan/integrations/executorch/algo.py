@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 from tensorplan.errors import PlanError, TensorPlanError
 from tensorplan.planners import Buffer, plan_buffers
 
+from .banks import BankSetup, assign_mem_ids
+
 if TYPE_CHECKING:
     from executorch.exir.memory_planning import MemoryAlgoResult, MemoryPlanningAlgorithmSuite
     from executorch.exir.tensor import TensorSpec
@@ -47,7 +49,7 @@ Slot = tuple[int, int]  # (mem_id, byte offset) of one spec
 
 
 def tensorplan_memory_planning(
-    algorithm: str = "auto", *, time_limit: float | None = None
+    algorithm: str = "auto", *, time_limit: float | None = None, banks: BankSetup | None = None
 ) -> MemoryPlanningAlgorithmSuite:
     """A ``memory_planning_algo`` for ``MemoryPlanningPass`` that plans with tensorplan.
 
@@ -57,7 +59,8 @@ def tensorplan_memory_planning(
     same way it does for its greedy. Raises ``TensorPlanError`` when executorch is missing.
     """
     planning = _memory_planning_module()
-    algo = functools.partial(tensorplan_algo, algorithm=algorithm, time_limit=time_limit)
+    algo = functools.partial(tensorplan_algo, algorithm=algorithm, time_limit=time_limit,
+                             banks=banks)
     return planning.MemoryPlanningAlgorithmSuite(algo_list=[algo])
 
 
@@ -70,6 +73,7 @@ def tensorplan_algo(
     *,
     algorithm: str = "auto",
     time_limit: float | None = None,
+    banks: BankSetup | None = None,
 ) -> MemoryAlgoResult:
     """Plan one graph's specs; same call and result as ExecuTorch's ``greedy``.
 
@@ -79,6 +83,10 @@ def tensorplan_algo(
     writes them from the returned ``spec_dict``. ``graph_signature`` is unused (the pass has
     already left out what must not be planned). Raises ``PlanError`` for a spec without a
     lifetime or a storage-backed spec whose base is not planned or that does not fit in it.
+
+    With ``banks`` (``banks.BankSetup``), the top-level graph's specs (``banks.top``) get the
+    ``mem_id`` of the bank ``tensorplan.banks.assign`` chooses for them, and a subgraph's the
+    slowest bank's; each ``mem_id`` is then planned on its own.
     """
     planning = _memory_planning_module()
     specs = list(specs)
@@ -86,6 +94,9 @@ def tensorplan_algo(
         spec.realign(alignment)
     reserved = list(getattr(graph_module, "input_mem_buffer_sizes", None) or [])
     own = [spec for spec in specs if spec.storage_base is None]
+    if banks is not None:
+        _bank_mem_ids(banks, own, graph_module, reserved, alignment, extra_padding, algorithm,
+                      time_limit)
     slots, bufsizes = _plan_arenas(own, reserved, alignment, extra_padding, algorithm, time_limit)
     for spec in specs:
         if spec.storage_base is not None:
@@ -96,6 +107,26 @@ def tensorplan_algo(
         for spec in specs
     }
     return planning.MemoryAlgoResult(spec_dict, bufsizes)
+
+
+def _bank_mem_ids(banks: BankSetup, specs: Sequence[TensorSpec], graph_module: Any,
+                  reserved: Sequence[int], alignment: int, extra_padding: int, algorithm: str,
+                  time_limit: float | None) -> None:
+    """Each spec's bank as its ``mem_id``: chosen at the top level, the slowest inside."""
+    if graph_module is not banks.top:
+        for spec in specs:
+            if spec.mem_id is None:
+                spec.mem_id = banks.slowest
+        return
+
+    def arena_of(group: Sequence[TensorSpec]) -> int:
+        if not group:
+            return 0
+        placement = plan_buffers([_to_buffer(s) for s in group], algorithm=algorithm,
+                                 alignment=alignment, time_limit=time_limit)
+        return placement.peak + extra_padding
+
+    assign_mem_ids(banks, specs, graph_module, reserved, alignment, arena_of)
 
 
 def _memory_planning_module() -> ModuleType:

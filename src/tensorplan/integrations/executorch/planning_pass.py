@@ -44,6 +44,7 @@ from tensorplan.validate import find_violations, plan_error
 
 from . import kernels
 from .algo import tensorplan_memory_planning
+from .banks import BankSetup, bank_arenas
 from .links import Link, LinkRules, apply_links, find_links
 from .order import apply_order, candidate_orders
 
@@ -57,6 +58,7 @@ class PassOptions:
     algorithm: str = "auto"  # tensorplan planner for the final plan
     overlap_safe: Mapping[str, frozenset[str]] | None = None  # None: kernels.overlap_safe()
     concat: bool | None = None  # None: kernels.cat_in_slices()
+    banks: BankSetup | None = None  # memory banks, one mem_id each (banks.py); None: one arena
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,9 @@ class GraphPlan:
     steps: tuple[tuple[str, int], ...]  # (technique added, arena with tensorplan's greedy)
     peak_values: tuple[tuple[str, int], ...]  # (node, bytes) of the storages live at the
     #                                           busiest step, largest first
+    bank_arenas: tuple[int, ...] = ()  # with banks: each bank's arena (mem_id 1, 2, ...)
+    traffic_cost: float = 0.0          # with banks: bytes moved x their bank's cost
+    traffic_cost_bound: float = 0.0    # with banks: no assignment that fits costs less
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,8 @@ class TensorplanPlanningPass(MemoryPlanningPass):
     """
 
     def __init__(self, options: PassOptions = PassOptions(), **executorch_options: Any) -> None:
-        super().__init__(memory_planning_algo=tensorplan_memory_planning(options.algorithm),
-                         **executorch_options)
+        super().__init__(memory_planning_algo=tensorplan_memory_planning(
+            options.algorithm, banks=options.banks), **executorch_options)
         self.options = options
         self.plans: list[GraphPlan] = []
 
@@ -107,6 +112,8 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         apply_links(best.links)
         sub_links = self._subgraph_links(graph_module, graph_signature)
         _reset_lifetimes(graph_module)
+        if self.options.banks is not None:
+            self.options.banks.top = graph_module
         bufsizes = apply_algo(
             self.memory_planning_algo, graph_module, self.alignment, graph_signature,
             self.alloc_graph_input, self.alloc_graph_output,
@@ -126,8 +133,17 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             order=best.order, in_place=sum(link.kind == "in-place" for link in best.links)
             + sum(link.kind == "in-place" for link in sub_links),
             concat=sum(link.kind == "concat" for link in best.links + sub_links), steps=steps,
-            peak_values=_peak_values(graph_module, graph_signature)))
+            peak_values=_peak_values(graph_module, graph_signature),
+            **self._bank_figures(bufsizes)))
         return PassResult(graph_module, True)
+
+    def _bank_figures(self, bufsizes: list[int]) -> dict[str, Any]:
+        """The method's bank arenas and traffic cost (none without banks)."""
+        setup = self.options.banks
+        if setup is None:
+            return {}
+        return {"bank_arenas": bank_arenas(setup, bufsizes), "traffic_cost": setup.cost,
+                "traffic_cost_bound": setup.cost_bound}
 
     def _rules(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
                inputs: bool, alloc_inputs: bool, kinds: tuple[str, ...]) -> LinkRules:
@@ -211,6 +227,12 @@ class TensorplanPlanningPass(MemoryPlanningPass):
                          if s.mem_offset is not None]
                 _check_specs(specs, self.alignment,
                              bufsizes if module is graph_module else None, module)
+        for bank, arena in zip(self.options.banks.banks if self.options.banks else (),
+                               bufsizes[1:], strict=False):
+            if bank.capacity is not None and arena > bank.capacity:
+                raise PlanError(f"integrations.executorch: bank {bank.name!r} needs {arena} B, "
+                                f"above its capacity {bank.capacity} B; this is a tensorplan "
+                                "bug, please report it with the model")
         verifier = Verifier(graph_module, self.alloc_graph_input, self.alloc_graph_output,
                             self.alloc_mutable_buffers, graph_signature)
         verifier.verify_storage_reuse()

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from tensorplan.banks import Bank
 from tensorplan.errors import TensorPlanError
 
 from .algo import _memory_planning_module
+from .banks import BankSetup
 from .fold import apply_folds, choose_folds, foldable_values, frontier
 from .rewrite import linear_without_transposes
 
@@ -54,7 +56,8 @@ class Shipped:
 
 
 def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
-                  fold: bool = True, algorithm: str = "auto") -> Any:
+                  fold: bool = True, algorithm: str = "auto", banks: Sequence[Bank] | None = None,
+                  pin: Mapping[str, str] | None = None) -> Any:
     """An ``ExecutorchProgramManager`` whose memory plan is tensorplan's.
 
     ``program`` is a ``torch.export.ExportedProgram``, a ``tensorplan.Program`` (its exported
@@ -66,16 +69,21 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     ExecuTorch's own re-inplace pass (``index_put`` into a KV cache, with its in-place kernel);
     ``reorder``: tensorplan's node order; ``fold``: constant propagation when it lowers arena +
     constants; ``algorithm``: tensorplan's planner ("auto", "greedy", "optimal", "naive").
+    ``banks`` (``tp.Bank``, fastest first): each bank its own ``mem_id`` (1, 2, ...), every
+    planned tensor in the bank that makes its traffic cheapest within the capacities
+    (``banks.py``); ``pin`` keeps a node of the ExecuTorch graph (a placeholder: an input or
+    buffer name) in a bank.
     ``.buffer`` of the result is the ``.pte``. Raises ``TensorPlanError`` when executorch is
     not installed.
     """
     return lower(program, config, reuse=reuse, reorder=reorder, fold=fold,
-                 algorithm=algorithm).manager
+                 algorithm=algorithm, banks=banks, pin=pin).manager
 
 
 def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
           fold: bool = True, algorithm: str = "auto",
-          kernels: Mapping[str, frozenset[str]] | None = None) -> Shipped:
+          kernels: Mapping[str, frozenset[str]] | None = None,
+          banks: Sequence[Bank] | None = None, pin: Mapping[str, str] | None = None) -> Shipped:
     """:func:`to_executorch`, returning the manager with its figures (see :class:`Shipped`).
 
     ``kernels`` replaces the measured table of ``kernels.py`` (op key -> the arguments its
@@ -87,8 +95,9 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     edge = copy.deepcopy(_edge_program(program))
     with torch.no_grad():
         linears = sum(linear_without_transposes(edge.exported_program(m)) for m in edge.methods)
+    setup = None if banks is None else BankSetup.of(banks, pin)
     options = PassOptions(reuse=reuse, reorder=reorder, algorithm=algorithm,
-                          overlap_safe=kernels)
+                          overlap_safe=kernels, banks=setup)
     base = _base_config(config)
     if not fold:
         results = [_lowered("as configured", edge, base, options, {},

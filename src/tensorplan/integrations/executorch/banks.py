@@ -1,0 +1,165 @@
+"""Memory banks in a ``.pte``: each bank one ``mem_id``, chosen by ``tensorplan.banks.assign``.
+
+``to_executorch(..., banks=[tp.Bank(...), ...])`` gives bank ``k`` (fastest first) ``mem_id``
+``k + 1`` (``mem_id`` 0 is ExecuTorch's constant segment). In the method's top-level graph every
+planned spec without a ``storage_base`` is an item: its aligned bytes, its lifetime, and its
+traffic counted on the out-variant graph (:func:`spec_traffic`); ``banks.assign`` picks the banks
+minimising traffic x cost with every bank's planned arena (its control-flow prefix included)
+within its capacity, and the algorithm plans each ``mem_id`` on its own. Control-flow subgraphs
+are planned in the slowest bank. Pins name nodes of the ExecuTorch graph (placeholders keep the
+program's input and buffer names).
+
+:func:`mem_id_traffic` counts the same way for any lowered program, ExecuTorch's
+``banked_greedy`` included, so the two are compared by one measure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.fx
+
+from tensorplan.banks import Bank, Item, assign, bank_index, check_banks
+from tensorplan.errors import InputError
+
+
+@dataclass
+class BankSetup:
+    """The banks asked for, and what the planning of one method decided (filled by the
+    algorithm when it plans the method's top-level graph)."""
+
+    banks: tuple[Bank, ...]
+    pins: Mapping[str, str] = field(default_factory=dict)  # node name -> bank name
+    time_limit: float = 10.0
+    top: Any = None                     # the graph module being planned at the top level
+    cost: float = 0.0                   # traffic x cost of the assignment made
+    cost_bound: float = 0.0             # the proven bound on it
+    arenas: tuple[int, ...] = ()        # bytes of each bank's arena, fastest first
+
+    @staticmethod
+    def of(banks: Sequence[Bank], pins: Mapping[str, str] | None = None,
+           time_limit: float | None = None) -> BankSetup:
+        """The setup, its banks checked (``InputError`` as ``compile(banks=...)`` raises)."""
+        checked = check_banks(banks)
+        for value, name in (pins or {}).items():
+            bank_index(checked, name, f"the pin of {value!r}")
+        return BankSetup(checked, dict(pins or {}), 10.0 if time_limit is None else time_limit)
+
+    @property
+    def slowest(self) -> int:
+        """The ``mem_id`` of the slowest bank (where subgraphs are planned)."""
+        return len(self.banks)
+
+
+def _specs(value: Any) -> list[Any]:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return [s for s in items if hasattr(s, "allocated_memory")]
+
+
+def _base(spec: Any) -> Any:
+    while getattr(spec, "storage_base", None) is not None:
+        spec = spec.storage_base
+    return spec
+
+
+def _nbytes(spec: Any) -> int:
+    return math.prod(int(d) for d in spec.shape) * spec.dtype.itemsize
+
+
+def _is_alloc(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" \
+        and getattr(node.target, "__name__", "") == "alloc"
+
+
+def spec_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
+    """Bytes moved per planned storage (``id`` of its base spec) in one graph: each op node
+    writes its output specs and reads every tensor argument that is not an ``alloc`` (the
+    ``out`` it writes into); a graph input is also written once, when it is copied in."""
+    moved: dict[int, int] = {}
+
+    def add(spec: Any, nbytes: int) -> None:
+        if getattr(spec, "const", False):
+            return
+        key = id(_base(spec))
+        moved[key] = moved.get(key, 0) + nbytes
+
+    for node in graph_module.graph.nodes:
+        if node.op == "placeholder":
+            for spec in _specs(node.meta.get("spec")):
+                add(spec, _nbytes(spec))
+            continue
+        if node.op != "call_function" or _is_alloc(node) or \
+                getattr(node.target, "__name__", "") == "getitem":
+            continue
+        for spec in _specs(node.meta.get("spec")):
+            add(spec, _nbytes(spec))
+        for arg in node.all_input_nodes:
+            if not _is_alloc(arg):
+                for spec in _specs(arg.meta.get("spec")):
+                    add(spec, _nbytes(spec))
+    return moved
+
+
+def mem_id_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
+    """Bytes moved per ``mem_id`` in a lowered method's graph, subgraphs included (counted as
+    :func:`spec_traffic` counts; constants, ``mem_id`` 0, left out)."""
+    totals: dict[int, int] = {}
+    for module in graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        moved = spec_traffic(module)
+        seen = {}
+        for node in module.graph.nodes:
+            for spec in _specs(node.meta.get("spec")):
+                base = _base(spec)
+                seen[id(base)] = base
+        for key, nbytes in moved.items():
+            base = seen.get(key)
+            if base is not None and base.mem_id is not None:
+                totals[base.mem_id] = totals.get(base.mem_id, 0) + nbytes
+    return totals
+
+
+def assign_mem_ids(setup: BankSetup, specs: Sequence[Any], graph_module: torch.fx.GraphModule,
+                   reserved: Sequence[int], alignment: int,
+                   arena_of: Callable[[Sequence[Any]], int]) -> None:
+    """Give every spec of the top-level graph (no ``mem_id`` yet) the ``mem_id`` of the bank
+    ``banks.assign`` chose; ``arena_of(specs)`` plans one bank's specs and returns its bytes;
+    ``reserved``: the control-flow prefix of each ``mem_id``, taken from that bank's room."""
+    moved = spec_traffic(graph_module)
+    nodes = {node.name for node in graph_module.graph.nodes}
+    missing = sorted(set(setup.pins) - nodes)
+    if missing:
+        inputs = [n.name for n in graph_module.graph.nodes if n.op == "placeholder"]
+        raise InputError(f"banks: cannot pin {', '.join(map(repr, missing))}: no node of the "
+                         f"ExecuTorch graph has that name; its placeholders are "
+                         f"{', '.join(inputs)}")
+    pinned = {id(_base(s)): bank_index(setup.banks, setup.pins[node.name], "a pin")
+              for node in graph_module.graph.nodes if node.name in setup.pins
+              for s in _specs(node.meta.get("spec"))}
+    free = [s for s in specs if s.mem_id is None]
+    found = [Item(i, spec.allocated_memory, spec.lifetime[0], spec.lifetime[1] + 1,
+                  moved.get(id(spec), 0), pinned.get(id(spec)))
+             for i, spec in enumerate(free)]
+    held = tuple(reserved[k + 1] if k + 1 < len(reserved) else 0
+                 for k in range(len(setup.banks)))
+    steps = max((it.end for it in found), default=0)
+    chosen = assign(found, setup.banks, steps, _step_names(graph_module, steps), {}, held,
+                    lambda items: arena_of([free[it.key] for it in items]), setup.time_limit)
+    for it in found:
+        free[it.key].mem_id = chosen.bank_of[it.key] + 1
+    setup.cost, setup.cost_bound = chosen.cost, chosen.cost_bound
+
+
+def _step_names(graph_module: torch.fx.GraphModule, steps: int) -> list[str]:
+    names = [node.name for node in graph_module.graph.nodes]
+    return (names + ["(end)"] * steps)[:max(steps, len(names))]
+
+
+def bank_arenas(setup: BankSetup, bufsizes: Iterable[int]) -> tuple[int, ...]:
+    """Each bank's arena bytes from the method's ``bufsizes`` (index = ``mem_id``)."""
+    sizes = list(bufsizes)
+    return tuple(sizes[k + 1] if k + 1 < len(sizes) else 0 for k in range(len(setup.banks)))

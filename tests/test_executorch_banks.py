@@ -1,0 +1,79 @@
+"""Memory banks in a ``.pte`` (issue 19, items 3-4): each bank its own ``mem_id``, run by
+ExecuTorch's runtime, and ExecuTorch's own ``banked_greedy`` on the same program and capacities,
+both measured by one traffic count (``integrations.executorch.banks.mem_id_traffic``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("executorch")
+
+import executorch_reference  # noqa: E402,F401  (puts benchmarks/ on the path)
+from executorch.exir.banked_memory_planning import BankPlacementError  # noqa: E402
+from executorch.runtime import Runtime  # noqa: E402
+from test_banks import Hot  # noqa: E402
+
+import common  # noqa: E402  (benchmarks/common.py)
+import tensorplan as tp  # noqa: E402
+from tensorplan.integrations.executorch import lower  # noqa: E402
+
+KIB = 1024
+ARGS = (torch.randn(64, 64), torch.randn(32, 32))
+
+
+def _exported() -> torch.export.ExportedProgram:
+    return torch.export.export(Hot(), ARGS)
+
+
+def _run(manager) -> torch.Tensor:
+    program = Runtime.get().load_program(manager.buffer)  # one buffer per planned mem_id
+    return program.load_method("forward").execute(list(ARGS))[0].clone()
+
+
+def test_a_two_bank_pte_runs_in_executorchs_runtime_equal_to_eager() -> None:
+    banks = [tp.Bank("sram", 16 * KIB + 64, 1.0), tp.Bank("dram", None, 40.0)]
+    shipped = lower(_exported(), banks=banks)
+    sizes = list(shipped.manager.executorch_program.execution_plan[0].non_const_buffer_sizes)
+    plan = shipped.methods["forward"]
+    assert sizes == [0, *plan.bank_arenas] and len(plan.bank_arenas) == 2
+    assert plan.bank_arenas[0] <= 16 * KIB + 64
+    assert plan.traffic_cost == plan.traffic_cost_bound  # proven optimal
+    torch.testing.assert_close(_run(shipped.manager), Hot()(*ARGS))
+
+
+def test_ours_serves_more_from_sram_than_banked_greedy_at_one_count() -> None:
+    banks = [tp.Bank("sram", 16 * KIB + 64, 1.0), tp.Bank("dram", None, 40.0)]
+    greedy = common.lower_banked_greedy(_exported(), banks)
+    ours = lower(_exported(), banks=banks).manager
+    theirs, mine = common.banked_result(greedy, banks), common.banked_result(ours, banks)
+    # largest-first gives sram the 16 KiB input; ours the four values read nine times each
+    assert theirs.traffic == (33_444, 233_472) and mine.traffic == (201_284, 65_536)
+    assert mine.cost < 0.35 * theirs.cost
+    torch.testing.assert_close(_run(greedy), Hot()(*ARGS))
+    torch.testing.assert_close(_run(ours), Hot()(*ARGS))
+
+
+def test_a_capacity_where_banked_greedy_fails_and_ours_fits() -> None:
+    banks = [tp.Bank("sram", 16 * KIB + 64, 1.0), tp.Bank("dram", 4 * KIB + 16, 40.0)]
+    with pytest.raises(BankPlacementError, match="No declared bank can hold"):
+        common.lower_banked_greedy(_exported(), banks)
+    shipped = lower(_exported(), banks=banks)
+    arenas = shipped.methods["forward"].bank_arenas
+    assert arenas[0] <= banks[0].capacity and arenas[1] <= banks[1].capacity
+    torch.testing.assert_close(_run(shipped.manager), Hot()(*ARGS))
+
+
+def test_a_pin_in_the_pte_keeps_the_input_in_its_bank() -> None:
+    banks = [tp.Bank("sram", 32 * KIB, 1.0), tp.Bank("dram", None, 40.0)]
+    shipped = lower(_exported(), banks=banks, pin={"x": "dram"})
+    graph = shipped.manager.exported_program().graph_module.graph
+    x = next(n for n in graph.nodes if n.op == "placeholder" and n.name == "x")
+    assert x.meta["spec"].mem_id == 2
+    torch.testing.assert_close(_run(shipped.manager), Hot()(*ARGS))
+
+
+def test_a_pin_naming_no_node_is_refused() -> None:
+    banks = [tp.Bank("sram", 32 * KIB, 1.0), tp.Bank("dram", None, 40.0)]
+    with pytest.raises(tp.InputError, match="cannot pin 'nothing'.*placeholders are .*x, y"):
+        lower(_exported(), banks=banks, pin={"nothing": "dram"})

@@ -74,16 +74,40 @@ def _is_alloc(node: Any) -> bool:
         and getattr(node.target, "__name__", "") == "alloc"
 
 
+def _is_memory_view(node: Any) -> bool:
+    """ExecuTorch's ``memory.view``: a view made at load time, in its input's storage."""
+    target = getattr(node, "target", None)
+    return getattr(target, "__name__", "") == "view" and \
+        getattr(target, "__module__", "") == "executorch.exir.memory"
+
+
+def _view_bases(graph_module: torch.fx.GraphModule) -> dict[int, Any]:
+    """``id`` of each ``memory.view`` spec -> the spec of the storage it views (views of views
+    followed), found before planning gives the views their base's place."""
+    bases: dict[int, Any] = {}
+    for node in graph_module.graph.nodes:
+        if _is_memory_view(node) and isinstance(node.args[0], torch.fx.Node):
+            for spec in _specs(node.meta.get("spec")):
+                source = _specs(node.args[0].meta.get("spec"))
+                if source:
+                    base = _base(source[0])
+                    bases[id(spec)] = bases.get(id(base), base)
+    return bases
+
+
 def spec_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
     """Bytes moved per planned storage (``id`` of its base spec) in one graph: each op node
     writes its output specs and reads every tensor argument that is not an ``alloc`` (the
-    ``out`` it writes into); a graph input is also written once, when it is copied in."""
+    ``out`` it writes into), a view read through its base; a graph input is also written once,
+    when it is copied in. A ``memory.view`` moves nothing."""
     moved: dict[int, int] = {}
+    views = _view_bases(graph_module)
 
     def add(spec: Any, nbytes: int) -> None:
         if getattr(spec, "const", False):
             return
-        key = id(_base(spec))
+        base = _base(spec)
+        key = id(views.get(id(base), base))
         moved[key] = moved.get(key, 0) + nbytes
 
     for node in graph_module.graph.nodes:
@@ -91,7 +115,7 @@ def spec_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
             for spec in _specs(node.meta.get("spec")):
                 add(spec, _nbytes(spec))
             continue
-        if node.op != "call_function" or _is_alloc(node) or \
+        if node.op != "call_function" or _is_alloc(node) or _is_memory_view(node) or \
                 getattr(node.target, "__name__", "") == "getitem":
             continue
         for spec in _specs(node.meta.get("spec")):

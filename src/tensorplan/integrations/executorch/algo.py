@@ -126,7 +126,7 @@ def _bank_mem_ids(banks: BankSetup, specs: Sequence[TensorSpec], graph_module: A
                                  alignment=alignment, time_limit=time_limit)
         return placement.peak + extra_padding
 
-    assign_mem_ids(banks, specs, graph_module, reserved, alignment, arena_of)
+    assign_mem_ids(banks, specs, graph_module, reserved, arena_of)
 
 
 def _memory_planning_module() -> ModuleType:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch.fx
 
-from tensorplan.banks import Bank, Item, assign, bank_index, check_banks
+from tensorplan.banks import Assignment, Bank, Item, assign, bank_index, check_banks
 from tensorplan.errors import InputError
 
 
@@ -147,12 +147,13 @@ def mem_id_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
     return totals
 
 
-def assign_mem_ids(setup: BankSetup, specs: Sequence[Any], graph_module: torch.fx.GraphModule,
-                   reserved: Sequence[int], alignment: int,
-                   arena_of: Callable[[Sequence[Any]], int]) -> None:
-    """Give every spec of the top-level graph (no ``mem_id`` yet) the ``mem_id`` of the bank
-    ``banks.assign`` chose; ``arena_of(specs)`` plans one bank's specs and returns its bytes;
-    ``reserved``: the control-flow prefix of each ``mem_id``, taken from that bank's room."""
+def choose_banks(setup: BankSetup, specs: Sequence[Any], graph_module: torch.fx.GraphModule,
+                 reserved: Sequence[int], arena_of: Callable[[Sequence[Any]], int]
+                 ) -> tuple[dict[int, int], Assignment]:
+    """The ``mem_id`` ``banks.assign`` chooses for every spec of the top-level graph without
+    one (``id`` of the spec -> ``mem_id``), and the assignment; nothing is written.
+    ``arena_of(specs)`` plans one bank's specs and returns its bytes; ``reserved``: the
+    control-flow prefix of each ``mem_id``, taken from that bank's room."""
     moved = spec_traffic(graph_module)
     nodes = {node.name for node in graph_module.graph.nodes}
     missing = sorted(set(setup.pins) - nodes)
@@ -173,8 +174,16 @@ def assign_mem_ids(setup: BankSetup, specs: Sequence[Any], graph_module: torch.f
     steps = max((it.end for it in found), default=0)
     chosen = assign(found, setup.banks, steps, _step_names(graph_module, steps), {}, held,
                     lambda items: arena_of([free[it.key] for it in items]), setup.time_limit)
-    for it in found:
-        free[it.key].mem_id = chosen.bank_of[it.key] + 1
+    return {id(free[it.key]): chosen.bank_of[it.key] + 1 for it in found}, chosen
+
+
+def assign_mem_ids(setup: BankSetup, specs: Sequence[Any], graph_module: torch.fx.GraphModule,
+                   reserved: Sequence[int], arena_of: Callable[[Sequence[Any]], int]) -> None:
+    """:func:`choose_banks`, written onto the specs (``mem_id``) and the setup (cost, bound)."""
+    mem_ids, chosen = choose_banks(setup, specs, graph_module, reserved, arena_of)
+    for spec in specs:
+        if id(spec) in mem_ids:
+            spec.mem_id = mem_ids[id(spec)]
     setup.cost, setup.cost_bound = chosen.cost, chosen.cost_bound
 
 

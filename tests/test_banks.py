@@ -277,3 +277,13 @@ def test_the_c_header_has_one_arena_and_offset_table_per_bank(tmp_path) -> None:
                 and a.bank == b.bank and a.start < b.end and b.start < a.end)
     assert pairs > 0 and ran.stdout.split() == [str(pairs), str(in_sram),
                                                 str(len(storages) - in_sram)]
+
+
+def test_the_picture_labels_each_bank(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    from tensorplan.report import plot_timeline
+
+    prog, _ = _hot()
+    plot_timeline(prog, tmp_path / "hot.svg", "hot")
+    svg = (tmp_path / "hot.svg").read_text()
+    assert "bank sram: 16.1 KiB of 16.1 KiB" in svg and "bank dram: 24.0 KiB" in svg

@@ -227,3 +227,27 @@ def test_mobilenet_v2_page_with_300_storages(browser, tmp_path):
     assert timings["page"] < 2000, timings
     largest = max(program.plan.storages.values(), key=lambda s: (s.size, -s.id))
     assert _hover(browser, largest.id).splitlines()[0] == f"storage {largest.id} · activation"
+
+
+def test_memory_banks_are_drawn_one_above_the_other_and_named(browser, tmp_path):
+    from test_banks import _hot
+
+    prog, _ = _hot()
+    write_html(prog, tmp_path / "banks.html", "hot")
+    data = _open(browser, tmp_path / "banks.html")
+    plan = prog.plan
+    assert [(b["name"], b["base"], b["arena"]) for b in data["banks"]] == [
+        ("sram", 0, plan.banks[0].arena_bytes),
+        ("dram", plan.banks[0].arena_bytes, plan.banks[1].arena_bytes)]
+    drawn = {s["id"]: s for s in data["storages"]}
+    cos = plan.storages[prog.specs["cos_1"].storage]
+    exp = plan.storages[prog.specs["exp"].storage]
+    assert drawn[cos.id]["offset"] == cos.offset and drawn[cos.id]["bank"] == "sram"
+    assert drawn[exp.id]["offset"] == plan.banks[0].arena_bytes + exp.offset
+    tip = _hover(browser, exp.id)
+    assert f"storage {exp.id} · activation · bank dram" in tip
+    assert f"offset {exp.offset:,} B" in tip
+    head = [th.get_attribute("data-key")
+            for th in browser.find_elements(By.CSS_SELECTOR, "#storage-head th")]
+    banks = _column(browser, head.index("bank"))
+    assert sorted(set(banks)) == ["dram", "sram"] and len(banks) == len(plan.storages)

@@ -111,7 +111,9 @@ def page_data(plan: MemoryPlan, values: Mapping[str, Mapping[str, Any]]) -> dict
     """The JSON the page's script draws: numbers, the time axis, storages, regions, peak.
 
     ``values`` describes values by name (see ``value_details``); a storage's values missing
-    from it are shown by name alone.
+    from it are shown by name alone. With memory banks, the banks are drawn one above the
+    other, fastest at the bottom: a storage's ``offset`` is where it is drawn (its bank's base
+    plus its offset, ``in_bank``), and ``banks`` gives each bank's base, arena and capacity.
     """
     maps = x_maps(plan)
     top = peak(plan)
@@ -126,12 +128,16 @@ def page_data(plan: MemoryPlan, values: Mapping[str, Mapping[str, Any]]) -> dict
         "kinds": {k: {"colour": KIND_COLOURS[k], "meaning": KIND_MEANINGS[k]} for k in kinds},
         "region_colour": REGION_COLOUR,
         "peak_colour": PEAK_COLOUR,
-        "storages": [{"id": s.id, "offset": s.offset, "size": s.size, "start": s.start,
-                      "end": s.end, "kind": s.kind, "graph": s.graph,
+        "storages": [{"id": s.id, "offset": plan.address(s.id), "size": s.size,
+                      "start": s.start, "end": s.end, "kind": s.kind, "graph": s.graph,
                       "x0": maps[s.graph](s.start), "x1": maps[s.graph](s.end),
-                      "values": list(s.values)}
+                      "values": list(s.values),
+                      **({"bank": s.bank, "in_bank": s.offset} if s.bank else {})}
                      for s in sorted(plan.storages.values(), key=lambda s: s.id)],
-        "regions": [{"node": r.node, "graph": r.graph, "offset": r.offset, "size": r.size,
+        "banks": [{"name": b.name, "base": plan.bank_base(b.name), "arena": b.arena_bytes,
+                   "capacity": b.capacity} for b in plan.banks],
+        "regions": [{"node": r.node, "graph": r.graph, "offset": plan.bank_base(r.bank) + r.offset,
+                     "size": r.size,
                      "step": r.step, "subgraphs": list(r.subgraphs),
                      "x0": maps[r.graph](r.step), "x1": maps[r.graph](r.step + 1)}
                     for r in plan.regions],

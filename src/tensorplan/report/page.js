@@ -196,6 +196,23 @@
     ctx.clip();
   }
 
+  // Each memory bank's start as a solid line, labelled with its name, arena and capacity.
+  function drawBanks(ctx) {
+    ctx.setLineDash([]);
+    ctx.strokeStyle = "#333";
+    ctx.fillStyle = "#333";
+    ctx.lineWidth = 1.5;
+    for (const b of data.banks || []) {
+      ctx.beginPath();
+      ctx.moveTo(MARGIN.left, sy(b.base));
+      ctx.lineTo(MARGIN.left + plotWidth(), sy(b.base));
+      ctx.stroke();
+      ctx.fillText("bank " + b.name + ": " + humanBytes(b.arena) +
+                   (b.capacity === null ? "" : " of " + humanBytes(b.capacity)),
+                   MARGIN.left + 4, sy(b.base) - 4);
+    }
+  }
+
   function drawChart() {
     const started = performance.now();
     const ctx = base.getContext("2d");
@@ -243,6 +260,7 @@
     ctx.moveTo(MARGIN.left, sy(data.lower_bound));
     ctx.lineTo(MARGIN.left + plotWidth(), sy(data.lower_bound));
     ctx.stroke();
+    drawBanks(ctx);
     ctx.restore();
     drawAxes(ctx);
     timings.draw = performance.now() - started;
@@ -317,9 +335,10 @@
     state.hover = s ? s.id : null;
     if (s) {
       showTip(event, [
-        el("div", { class: "tip-head", text: "storage " + s.id + " · " + s.kind }),
-        el("div", { text: "offset " + exactBytes(s.offset) + " · size " + exactBytes(s.size) +
-                          " (" + humanBytes(s.size) + ")" }),
+        el("div", { class: "tip-head", text: "storage " + s.id + " · " + s.kind +
+                                              (s.bank ? " · bank " + s.bank : "") }),
+        el("div", { text: "offset " + exactBytes(s.bank ? s.in_bank : s.offset) + " · size " +
+                          exactBytes(s.size) + " (" + humanBytes(s.size) + ")" }),
         el("div", { text: "lifetime: steps " + lifetime(s) }),
         ...valueLines(s, TIP_VALUES),
       ]);
@@ -379,12 +398,13 @@
     { key: "id", label: "id", value: (s) => s.id },
     { key: "values", label: "values", value: (s) => s.values.join(", ") },
     { key: "kind", label: "kind", value: (s) => s.kind },
-    { key: "offset", label: "offset", value: (s) => s.offset },
+    { key: "offset", label: "offset", value: (s) => (s.bank ? s.in_bank : s.offset) },
     { key: "size", label: "size", value: (s) => s.size },
     { key: "start", label: "start", value: (s) => s.start },
     { key: "end", label: "end", value: (s) => s.end },
     { key: "lifetime", label: "lifetime (steps)", value: (s) => s.end - s.start },
     { key: "graph", label: "graph", value: (s) => s.graph || "(top level)" },
+    ...((data.banks || []).length ? [{ key: "bank", label: "bank", value: (s) => s.bank }] : []),
   ];
 
   function drawTableHead() {

@@ -51,16 +51,18 @@ def _draw_storages(ax: Any, plan: MemoryPlan, maps: dict[str, XMap]) -> None:
     edge = 0.3 if len(plan.storages) <= 200 else 0.05  # thin edges keep 1,000 boxes apart
     for s in plan.storages.values():
         x0, x1 = maps[s.graph](s.start), maps[s.graph](s.end)
-        ax.add_patch(_rectangle(x0, x1, s.offset, s.size, facecolor=KIND_COLOURS[s.kind],
-                                edgecolor="#333333", linewidth=edge, alpha=0.85))
+        ax.add_patch(_rectangle(x0, x1, plan.address(s.id), s.size,
+                                facecolor=KIND_COLOURS[s.kind], edgecolor="#333333",
+                                linewidth=edge, alpha=0.85))
 
 
 def _draw_regions(ax: Any, plan: MemoryPlan, maps: dict[str, XMap]) -> None:
     for r in plan.regions:
         x0, x1 = maps[r.graph](r.step), maps[r.graph](r.step + 1)
-        ax.add_patch(_rectangle(x0, x1, r.offset, r.size, facecolor="none", hatch="///",
+        y = plan.bank_base(r.bank) + r.offset
+        ax.add_patch(_rectangle(x0, x1, y, r.size, facecolor="none", hatch="///",
                                 edgecolor=REGION_COLOUR, linewidth=1.0))
-        ax.annotate(r.node, ((x0 + x1) / 2, r.offset + r.size), ha="center", va="bottom",
+        ax.annotate(r.node, ((x0 + x1) / 2, y + r.size), ha="center", va="bottom",
                     fontsize="small", color=REGION_COLOUR, zorder=5,
                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
 
@@ -97,10 +99,11 @@ def _draw_labels(ax: Any, plan: MemoryPlan, maps: dict[str, XMap]) -> None:
     drawn = 0
     for s in sorted(plan.storages.values(), key=lambda s: (-s.size, s.id)):
         x0, x1 = maps[s.graph](s.start), maps[s.graph](s.end)
-        (px0, py0), (px1, py1) = to_pixels((x0, s.offset)), to_pixels((x1, s.offset + s.size))
+        y = plan.address(s.id)
+        (px0, py0), (px1, py1) = to_pixels((x0, y)), to_pixels((x1, y + s.size))
         label = _label(s, abs(px1 - px0) - 4, abs(py1 - py0) - 2)
         if label is not None:
-            ax.text((x0 + x1) / 2, s.offset + s.size / 2, label[0], rotation=label[1],
+            ax.text((x0 + x1) / 2, y + s.size / 2, label[0], rotation=label[1],
                     ha="center", va="center", fontsize=LABEL_POINTS, color="white", zorder=6,
                     clip_on=True)
             drawn += 1
@@ -146,6 +149,12 @@ def _marks(ax: Any, plan: MemoryPlan) -> list[Any]:
     band = ax.axvspan(top.step, top.step + 1, facecolor=f"{PEAK_COLOUR}30", zorder=4,
                       edgecolor=PEAK_COLOUR, linewidth=1.0,
                       label=f"peak: step {top.step}, {human_bytes(top.live_bytes)} live")
+    for bank in plan.banks:
+        base = plan.bank_base(bank.name)
+        ax.axhline(base, color="#333333", linewidth=1.5, zorder=5)
+        room = "" if bank.capacity is None else f" of {human_bytes(bank.capacity)}"
+        ax.annotate(f"bank {bank.name}: {human_bytes(bank.arena_bytes)}{room}", (0.005, base),
+                    xycoords=("axes fraction", "data"), va="bottom", fontsize="small", zorder=6)
     return [bound, band]
 
 
@@ -154,7 +163,8 @@ def plot_timeline(program: Program, path: str | os.PathLike[str], name: str = "m
 
     x is the step of the top-level schedule, from just before the first computation (the
     steps before it only bind inputs, parameters and state); y is the byte offset in the
-    arena. Storages are coloured by kind and the largest ones labelled, regions hatched, the
+    arena (with memory banks: the banks one above the other, fastest at the bottom, each
+    starting at a labelled line). Storages are coloured by kind and the largest ones labelled, regions hatched, the
     lower bound a dashed line and the peak step a shaded band. Raises ``TensorPlanError``
     when matplotlib is missing.
     """

@@ -48,3 +48,18 @@ def test_pte_needs_an_output_file(capsys) -> None:
         main(["pte", "zoo:mlp"])
     assert caught.value.code == 2
     assert "-o/--output" in capsys.readouterr().err
+
+
+def test_pte_with_banks_writes_one_mem_id_per_bank(tmp_path, capsys) -> None:
+    path = tmp_path / "mlp.pte"
+    assert main(["pte", "zoo:mlp", "-o", str(path), "--bank", "sram=8KiB",
+                 "--bank", "dram@40"]) == 0
+    output = capsys.readouterr().out
+    assert "forward: bank sram (mem_id 1, 8,192 B): arena 8,192 B" in output
+    assert "forward: bank dram (mem_id 2, unbounded): arena 2,048 B" in output
+    assert "forward: traffic cost 209,408 (proven bound 209,408)" in output
+    example = zoo.example("mlp")
+    method = Runtime.get().load_program(path.read_bytes()).load_method("forward")
+    with torch.no_grad():
+        expected = example.model(*example.args)
+    torch.testing.assert_close(method.execute(list(example.args))[0].clone(), expected)

@@ -208,17 +208,7 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         metavar="auto|RxC",
         help="run the high-resolution prefix patch by patch: auto, or a grid such as 4x4",
     )
-    parser.add_argument(
-        "--bank",
-        type=_bank,
-        action="append",
-        default=None,
-        metavar="NAME[=CAPACITY][@COST]",
-        help="a memory bank, fastest first, repeated (sram=256KiB dram): each bank's cost "
-             "defaults to 10x the one before's, its capacity to unbounded",
-    )
-    parser.add_argument("--pin", type=_pin, action="append", default=[], metavar="VALUE=BANK",
-                        help="keep a value (input, output, state, constant) in a bank")
+    _add_bank_options(parser)
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
@@ -236,6 +226,21 @@ def _patches(text: str) -> str | tuple[int, int]:
     if not (x and rows.isdigit() and cols.isdigit() and int(rows) >= 1 and int(cols) >= 1):
         raise argparse.ArgumentTypeError(f"expected auto or ROWSxCOLS such as 4x4, got {text}")
     return int(rows), int(cols)
+
+
+def _add_bank_options(parser: argparse.ArgumentParser) -> None:
+    """``--bank`` (repeated, fastest first) and ``--pin``."""
+    parser.add_argument(
+        "--bank",
+        type=_bank,
+        action="append",
+        default=None,
+        metavar="NAME[=CAPACITY][@COST]",
+        help="a memory bank, fastest first, repeated (sram=256KiB dram): each bank's cost "
+             "defaults to 10x the one before's, its capacity to unbounded",
+    )
+    parser.add_argument("--pin", type=_pin, action="append", default=[], metavar="VALUE=BANK",
+                        help="keep a value (input, output, state, constant) in a bank")
 
 
 def _bank(text: str) -> tuple[str, int | None, float | None]:
@@ -413,6 +418,7 @@ def add_pte_command(commands: argparse._SubParsersAction) -> None:
                          ("fold", "choosing the folding of constants")):
         parser.add_argument(f"--no-{switch}", dest=switch, action="store_false",
                             help=f"lower without {what}")
+    _add_bank_options(parser)
     parser.set_defaults(run=run_pte)
 
 
@@ -432,12 +438,21 @@ def run_pte(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exported = _exported(args.target)
+        banks = _banks(args.bank)
         shipped = lower(exported, reuse=args.reuse, reorder=args.reorder, fold=args.fold,
-                        algorithm=args.algorithm)
+                        algorithm=args.algorithm, banks=banks, pin=dict(args.pin) or None)
         greedy = executorch_arena_bytes(exported)
     _write(args.output, "program", lambda path: _write_bytes(path, shipped.manager.buffer))
     console = Console() if sys.stdout.isatty() else Console(width=WIDE)
     console.print(pte_tables(target_name(args.target), shipped, greedy))
+    for method, plan in shipped.methods.items():
+        for mem_id, (bank, arena) in enumerate(zip(banks or (), plan.bank_arenas, strict=False),
+                                               start=1):
+            room = "unbounded" if bank.capacity is None else f"{bank.capacity:,} B"
+            print(f"{method}: bank {bank.name} (mem_id {mem_id}, {room}): arena {arena:,} B")
+        if banks:
+            print(f"{method}: traffic cost {plan.traffic_cost:,.0f} (proven bound "
+                  f"{plan.traffic_cost_bound:,.0f})")
     return 0
 
 

@@ -35,12 +35,16 @@ class Stack(torch.nn.Module):
         return self.head(h.mean((2, 3)))
 
 
-def _stack(channels_last: bool, size: tuple[int, int] = (37, 45)):
-    model, x = Stack().eval(), torch.randn(2, 3, *size)
+def _in_layout(model: torch.nn.Module, x: torch.Tensor, channels_last: bool):
+    """The model and its input, both channels_last when asked."""
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
         x = x.to(memory_format=torch.channels_last)
     return model, x
+
+
+def _stack(channels_last: bool, size: tuple[int, int] = (37, 45)):
+    return _in_layout(Stack().eval(), torch.randn(2, 3, *size), channels_last)
 
 
 def test_the_splits_are_the_values_the_prefix_ends_at() -> None:
@@ -153,11 +157,7 @@ class Excite(torch.nn.Module):
 
 def _excite(channels_last: bool):
     torch.manual_seed(0)
-    model, x = Excite().eval(), torch.randn(2, 3, 37, 41)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-        x = x.to(memory_format=torch.channels_last)
-    return model, x
+    return _in_layout(Excite().eval(), torch.randn(2, 3, 37, 41), channels_last)
 
 
 def test_a_split_past_a_spatial_mean_runs_the_mean_and_its_gate_once() -> None:

@@ -95,7 +95,8 @@ def measure(name: str) -> list[Case]:
             ours = common.banked_result(shipped.manager, banks)
             bound = shipped.methods["forward"].traffic_cost_bound
             program = Runtime.get().load_program(shipped.manager.buffer)
-            outputs = program.load_method("forward").execute(
+            method = program.load_method("forward")  # outputs live in its memory
+            outputs = method.execute(
                 list(torch.utils._pytree.tree_leaves((example.args, example.kwargs))))
             equal = same_outputs(torch.utils._pytree.tree_leaves(expected),
                                  [o.clone() for o in outputs])

@@ -28,7 +28,8 @@ def test_pte_writes_a_program_that_runs_and_prints_its_plan(tmp_path, capsys) ->
     assert "│ forward │ + in-place reuse " in output
     assert "2 linear without transposes" in output and "│ none    │" in output
     example = zoo.example("mlp")
-    method = Runtime.get().load_program(path.read_bytes()).load_method("forward")
+    program = Runtime.get().load_program(path.read_bytes())  # owns the bytes its method runs
+    method = program.load_method("forward")
     with torch.no_grad():
         expected = example.model(*example.args)
     torch.testing.assert_close(method.execute(list(example.args))[0], expected)
@@ -59,7 +60,8 @@ def test_pte_with_banks_writes_one_mem_id_per_bank(tmp_path, capsys) -> None:
     assert "forward: bank dram (mem_id 2, unbounded): arena 2,048 B" in output
     assert "forward: traffic cost 209,408 (proven bound 209,408)" in output
     example = zoo.example("mlp")
-    method = Runtime.get().load_program(path.read_bytes()).load_method("forward")
+    program = Runtime.get().load_program(path.read_bytes())  # owns the bytes its method runs
+    method = program.load_method("forward")
     with torch.no_grad():
         expected = example.model(*example.args)
     torch.testing.assert_close(method.execute(list(example.args))[0].clone(), expected)

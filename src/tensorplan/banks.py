@@ -86,7 +86,6 @@ class Assignment:
     cost_bound: float                 # no assignment that fits costs less (proven)
     served_bound: int                 # no assignment serves more traffic outside the last
     #                                   bank (proven)
-    capacities: tuple[int | None, ...]  # the capacities the solution met (after tightening)
 
 
 @dataclass(frozen=True)
@@ -388,8 +387,7 @@ def assign(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
         over = _overflows(all_items, banks, capacities, bank_of, arena_of)
         if not over:
             cost = fixed + sum(it.traffic * banks[bank_of[it.key]].cost for it in all_items)
-            return Assignment(bank_of, cost, min(cost_bound, cost), served_bound,
-                              tuple(capacities))
+            return Assignment(bank_of, cost, min(cost_bound, cost), served_bound)
         for j, excess in over.items():
             capacities[j] -= excess
         solved = _milp(all_items, banks, capacities, "cost", time_limit)

@@ -37,7 +37,6 @@ class BankSetup:
     top: Any = None                     # the graph module being planned at the top level
     cost: float = 0.0                   # traffic x cost of the assignment made
     cost_bound: float = 0.0             # the proven bound on it
-    arenas: tuple[int, ...] = ()        # bytes of each bank's arena, fastest first
 
     @staticmethod
     def of(banks: Sequence[Bank], pins: Mapping[str, str] | None = None,

@@ -32,7 +32,8 @@ from tensorplan.integrations.executorch import Shipped, lower, to_executorch  # 
 def _execute(buffer: bytes, inputs: list[Any], method: str = "forward") -> list[torch.Tensor]:
     """Run one method of a ``.pte`` in ExecuTorch's runtime; outputs copied out of its memory."""
     program = Runtime.get().load_program(buffer)
-    return [o.clone() for o in program.load_method(method).execute(inputs)]
+    loaded = program.load_method(method)  # its outputs live in its memory: copy them out
+    return [o.clone() for o in loaded.execute(inputs)]
 
 
 def _eager(model: torch.nn.Module, args: tuple, kwargs: dict | None = None) -> list[Any]:

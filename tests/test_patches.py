@@ -47,6 +47,13 @@ def _stack(channels_last: bool, size: tuple[int, int] = (37, 45)):
     return _in_layout(Stack().eval(), torch.randn(2, 3, *size), channels_last)
 
 
+def _patched(model: torch.nn.Module, x: torch.Tensor, split: str, patch_grid: tuple[int, int]):
+    """The captured program, its split named ``split``, and the program patched on the grid."""
+    program = tp.capture(model, (x,))
+    chosen = next(s for s in patches.splits(program) if s.node == split)
+    return program, chosen, patches.patch_program(program, chosen, patch_grid)
+
+
 def test_the_splits_are_the_values_the_prefix_ends_at() -> None:
     model, x = _stack(False)
     found = patches.splits(tp.capture(model, (x,)))
@@ -60,9 +67,7 @@ def test_the_splits_are_the_values_the_prefix_ends_at() -> None:
 @pytest.mark.parametrize("split", ["add", "convolution_2", "getitem_3"])
 def test_patched_program_equals_eager(split, grid, channels_last) -> None:
     model, x = _stack(channels_last)
-    program = tp.capture(model, (x,))
-    chosen = next(s for s in patches.splits(program) if s.node == split)
-    patched = patches.patch_program(program, chosen, grid)
+    _, _, patched = _patched(model, x, split, grid)
     torch.testing.assert_close(patched.module()(x), model(x))
     compiled = tp.compile(patched)
     torch.testing.assert_close(compiled.run(x), model(x))
@@ -175,9 +180,7 @@ def test_a_split_past_a_spatial_mean_runs_the_mean_and_its_gate_once() -> None:
 @pytest.mark.parametrize("split", ["mul_3", "convolution_4", "relu"])
 def test_a_patched_program_with_gates_equals_eager(split, grid, channels_last) -> None:
     model, x = _excite(channels_last)
-    program = tp.capture(model, (x,))
-    chosen = next(s for s in patches.splits(program) if s.node == split)
-    patched = patches.patch_program(program, chosen, grid)
+    program, chosen, patched = _patched(model, x, split, grid)
     # each mean over the image is the sum of its tiles: one sum per tile, per reduction
     sums = [n for n in patched.graph.nodes if n.target is torch.ops.aten.sum.dim_IntList]
     reductions = sum(patches._reduces_space(n) for n in program.graph.nodes

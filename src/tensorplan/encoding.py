@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import torch
@@ -22,7 +23,9 @@ from .errors import FormatError, PlanError
 from .plan import BankPlan, MemoryPlan, PlannedRegion, PlannedStorage
 from .roles import Roles
 from .schedule import Schedule
+from .sizes import SizeExpr
 from .spec import SpecTable, TensorSpec
+from .symbolic import DimRange, SymbolicPlan
 
 SCHEMA = "tensorplan.plan"  # the "schema" field of every plan document
 SCHEMA_VERSION = 2          # bumped whenever a field changes meaning or disappears (2: the
@@ -80,6 +83,52 @@ def _banks(plan: MemoryPlan) -> dict[str, Any]:
             "served_bound_bytes": plan.served_bound_bytes}
 
 
+def _expressions(table: Mapping[Any, SizeExpr]) -> dict[str, Any]:
+    return {str(key): expr.to_json() for key, expr in table.items()}
+
+
+def _symbolic(plan: MemoryPlan) -> dict[str, Any]:
+    """The symbolic plan's fields (none for a static plan): ``dims`` (each ``DimRange``),
+    the ``arena``, every storage's ``offsets``, ``sizes`` and ``needs``, the regions'
+    ``region_offsets`` (each a ``SizeExpr.to_json``, keyed by storage id or node), ``held``
+    (storage id -> why it is held at its bound)."""
+    sym = plan.symbolic
+    if sym is None:
+        return {}
+    return {"symbolic": {
+        "dims": [dataclasses.asdict(d) for d in sym.dims], "alignment": sym.alignment,
+        "arena": sym.arena.to_json(), "offsets": _expressions(sym.offsets),
+        "sizes": _expressions(sym.sizes), "needs": _expressions(sym.needs),
+        "region_offsets": _expressions(sym.region_offsets),
+        "held": {str(k): why for k, why in sym.held.items()}}}
+
+
+def _expression_table(f: Fields, key: str, by_id: bool) -> dict[Any, SizeExpr]:
+    table = {}
+    for name, data in f.get(key, dict).items():
+        try:
+            table[int(name) if by_id else name] = SizeExpr.from_json(data)
+        except ValueError as error:
+            raise FormatError(f"{f.where}: {key}[{name!r}]: {error}") from None
+    return table
+
+
+def _decode_symbolic(document: Fields) -> SymbolicPlan | None:
+    if "symbolic" not in document.data:
+        return None
+    f = Fields(document.get("symbolic", dict), f"{document.where}: symbolic")
+    dims = tuple(DimRange(d.get("name", str), d.get("symbol", str), d.get("lower", int),
+                          d.get("upper", int), d.get("example", int)) for d in f.objects("dims"))
+    try:
+        arena = SizeExpr.from_json(f.get("arena", list))
+    except ValueError as error:
+        raise FormatError(f"{f.where}: arena: {error}") from None
+    held = {int(k): why for k, why in f.get("held", dict).items()}
+    return SymbolicPlan(dims, f.get("alignment", int), arena, _expression_table(f, "offsets", True),
+                        _expression_table(f, "sizes", True), _expression_table(f, "needs", True),
+                        _expression_table(f, "region_offsets", False), held)
+
+
 def _graph_info(exported_program: ExportedProgram, roles: Roles, name: str) -> dict[str, Any]:
     signature = exported_program.graph_signature
     return {
@@ -122,7 +171,8 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
     Holds ``schema``/``version``, ``model`` (name, user inputs and outputs, node count), the
     plan's numbers (``arena_bytes``, ``lower_bound_bytes``, ``alignment``, ``algorithm``,
     ``optimal``, ``baseline_bound_bytes``, ``order``, ``constant_bytes``,
-    ``baseline_constant_bytes``), ``banks`` (each memory bank's ``BankPlan`` fields; absent
+    ``baseline_constant_bytes``), ``symbolic`` (for a program with dynamic dims: the
+    expressions of ``_symbolic``), ``banks`` (each memory bank's ``BankPlan`` fields; absent
     for one arena, as are the storages' ``bank`` and ``traffic``) with ``traffic_cost``,
     ``traffic_cost_bound`` and ``served_bound_bytes``,
     ``schedule`` (the node order, whether reuse and folding ran,
@@ -148,6 +198,7 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
         "constant_bytes": plan.constant_bytes,
         "baseline_constant_bytes": plan.baseline_constant_bytes,
         **_banks(plan),
+        **_symbolic(plan),
         "schedule": _schedule(schedule),
         "storages": [_record(plan.storages[sid], bool(plan.banks)) for sid in sorted(plan.storages)],
         "regions": [_record(region, bool(plan.banks)) for region in plan.regions],
@@ -282,9 +333,25 @@ def decode_plan(document: Fields) -> MemoryPlan:
                       if "banks" in document.data else (),
                       traffic_cost=document.optional("traffic_cost", float, 0.0),
                       traffic_cost_bound=document.optional("traffic_cost_bound", float, 0.0),
-                      served_bound_bytes=document.optional("served_bound_bytes", int, 0))
+                      served_bound_bytes=document.optional("served_bound_bytes", int, 0),
+                      symbolic=_decode_symbolic(document))
+    _check_symbolic_keys(plan, document.where)
     verify_decoded(plan, f"{document.where}: the saved plan is invalid")
     return plan
+
+
+def _check_symbolic_keys(plan: MemoryPlan, where: str) -> None:
+    """A symbolic plan must give every storage and region its expressions."""
+    sym = plan.symbolic
+    if sym is None:
+        return
+    for key, table in (("offsets", sym.offsets), ("sizes", sym.sizes), ("needs", sym.needs)):
+        if set(table) != set(plan.storages):
+            raise FormatError(f"{where}: symbolic: {key} does not list exactly the plan's "
+                              "storages")
+    if set(sym.region_offsets) != {r.node for r in plan.regions}:
+        raise FormatError(f"{where}: symbolic: region_offsets does not list exactly the "
+                          "plan's regions")
 
 
 def decode_schedule(document: Fields) -> SavedSchedule:

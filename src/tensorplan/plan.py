@@ -17,9 +17,13 @@ from dataclasses import dataclass, replace
 
 from .alias import AliasTable, StorageKind
 from .banks import BankRequest, Item, assign, items
+from .errors import InputError
 from .liveness import GraphLifetimes
 from .planners import Buffer, Placement, PlannerParams, Problem
 from .planners.dispatch import plan_unverified
+from .sizes import SizeExpr
+from .symbolic import SymbolicPlan
+from .symbolic_validate import Placed, symbolic_violations, sweep_points
 from .validate import Violation, ViolationKind, find_escapes, find_violations, plan_error
 
 
@@ -109,6 +113,55 @@ class MemoryPlan:
     traffic_cost_bound: float = 0.0         # no bank assignment costs less
     served_bound_bytes: int = 0             # no assignment moves more bytes outside the
     #                                         slowest bank
+    symbolic: SymbolicPlan | None = None    # offsets and arena as functions of the dynamic
+    #                                         dims (None: a static program, or banks)
+
+    def at(self, **dims: int) -> MemoryPlan:
+        """The concrete plan at these sizes, by Dim name (a dim not given: its upper bound):
+        every storage and region at its offset and size there, the arena and the lower bound
+        at those sizes. A static plan is its own at every size. Raises ``InputError`` for an
+        unknown dim or a size outside its range."""
+        if self.symbolic is None:
+            if dims:
+                raise InputError(f"plan: the program has no dynamic dim (given "
+                                 f"{', '.join(sorted(dims))}): its plan holds at one size")
+            return self
+        sym = self.symbolic
+        sizes = sym.sizes_at(dims)
+        storages = {sid: replace(s, offset=sym.offsets[sid].evaluate(sizes),
+                                 size=sym.sizes[sid].evaluate(sizes))
+                    for sid, s in self.storages.items()}
+        regions = tuple(replace(r, offset=sym.region_offsets[r.node].evaluate(sizes))
+                        for r in self.regions)
+        return replace(self, arena_bytes=sym.arena.evaluate(sizes),
+                       lower_bound_bytes=self._live_peak(sizes), storages=storages,
+                       regions=regions, optimal=False, symbolic=None)
+
+    def arena_bytes_at(self, **dims: int) -> int:
+        """Bytes of the arena a run at these sizes needs (by Dim name; see ``at``)."""
+        return self.at(**dims).arena_bytes
+
+    def lower_bound_at(self, **dims: int) -> int:
+        """The most aligned bytes live at one top-level step at these sizes: no plan of this
+        schedule needs less there (by Dim name; see ``at``)."""
+        return self.at(**dims).lower_bound_bytes
+
+    def _live_peak(self, sizes: Mapping[str, int]) -> int:
+        """The most aligned bytes the top-level storages and regions need at one step, each
+        storage at what its largest value takes at ``sizes``."""
+        sym = self.symbolic
+        steps: dict[int, int] = {}
+        items = [(s.start, s.end, _aligned_bytes(sym.needs[s.id].evaluate(sizes), self.alignment))
+                 for s in self.storages.values() if not s.graph]
+        items += [(r.step, r.step + 1, r.size) for r in self.regions if not r.graph]
+        for start, end, size in items:
+            steps[start] = steps.get(start, 0) + size
+            steps[end] = steps.get(end, 0) - size
+        live = peak = 0
+        for step in sorted(steps):
+            live += steps[step]
+            peak = max(peak, live)
+        return peak
 
     def bank_of(self, value: str) -> str:
         """The bank the value lives in (a view: its base's; "" without banks). Raises
@@ -156,6 +209,8 @@ class MemoryPlan:
                                        f"bank {bank.name!r}: arena {bank.arena_bytes} B and "
                                        f"constants {bank.constant_bytes} B exceed its "
                                        f"capacity {bank.capacity} B"))
+        if self.symbolic is not None:
+            found += self._symbolic_violations()
         for region in self.regions:
             for sub in region.subgraphs:
                 inside = [s for s in self.storages.values() if s.graph == sub]
@@ -164,6 +219,25 @@ class MemoryPlan:
                     [s.size for s in inside], [s.offset for s in inside],
                     labels=[s.id for s in inside],
                     names=[f"storage {s.id} of {sub!r}" for s in inside])
+        return found
+
+    def _symbolic_violations(self) -> list[Violation]:
+        """The symbolic plan's proof over the whole range (``symbolic_validate``), then the
+        concrete plan's check at the corners, the example sizes and a sweep."""
+        sym = self.symbolic
+        region_of = {sub: r.node for r in self.regions for sub in r.subgraphs}
+        items = [Placed(s.id, f"storage {s.id}", s.graph, s.start, s.end, sym.offsets[s.id],
+                        sym.sizes[s.id], sym.needs[s.id], region_of.get(s.graph))
+                 for s in self.storages.values()]
+        items += [Placed(r.node, f"the region of {r.node!r}", r.graph, r.step, r.step + 1,
+                         sym.region_offsets[r.node], SizeExpr.constant(r.size), None,
+                         region_of.get(r.graph)) for r in self.regions]
+        example = {d.name: d.example for d in sym.dims}
+        found = symbolic_violations(items, sym.arena, self.alignment, sym.box, [example])
+        for sizes in sweep_points(sym.box, [example]):
+            where = ", ".join(f"{d}={v}" for d, v in sorted(sizes.items()))
+            found += [replace(v, message=f"at {where}: {v.message}")
+                      for v in self.at(**sizes).violations()]
         return found
 
     def _banks_of(self, graph: str) -> list[str]:
@@ -260,7 +334,11 @@ def _plan_graph(graph: str, lives: Mapping[str, GraphLifetimes], alias: AliasTab
 
 
 def _aligned(size: int, options: PlanOptions) -> int:
-    return -(-size // options.alignment) * options.alignment
+    return _aligned_bytes(size, options.alignment)
+
+
+def _aligned_bytes(size: int, alignment: int) -> int:
+    return -(-size // alignment) * alignment
 
 
 def _shifted(item: PlannedStorage | PlannedRegion, base: int) -> PlannedStorage | PlannedRegion:

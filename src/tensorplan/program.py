@@ -34,6 +34,7 @@ from .runtime.lower import Lowered, ProgramFacts, lower_program
 from .runtime.runner import Runner
 from .schedule import Schedule, ScheduleOptions, schedule
 from .spec import SpecTable
+from .symbolic import with_symbolic
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,8 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     with stage("plan", program):
         plan = _planned(lives, chosen, options, request)
         check_arena(plan, max_arena_bytes)
+    with stage("symbolic plan", program):
+        plan = with_symbolic(plan, program, specs, chosen.alias, roles)
     if os.environ.get("TENSORPLAN_DEBUG") == "1":
         _debug_summary(specs, chosen, plan)
     with stage("alias", program):

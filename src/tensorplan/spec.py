@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
+import sympy
 import torch
 
 MAX_BYTES = 2**63 - 1  # the largest byte count a 64-bit signed size (torch, C) holds
@@ -51,6 +52,15 @@ class TensorSpec:
         dtype = str(self.dtype).removeprefix("torch.")
         order = ",".join(map(str, self.dim_order))
         return f"{dtype}[{dims}] dim_order=({order}) {self.nbytes}B"
+
+
+def canonical(size: int | torch.SymInt) -> int | sympy.Expr:
+    """A size as an int, or as its expression in the ShapeEnv's canonical symbols."""
+    if not isinstance(size, torch.SymInt):
+        return int(size)
+    node = size.node
+    expr = node.shape_env.replace(node.expr)
+    return int(expr) if expr.is_number else expr
 
 
 def _dim_text(sym: int | torch.SymInt, upper: int) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError, LayoutError
+from ..errors import InputError, LayoutError, PlanError
 from ..layout import same_layout
 from ..plan import MemoryPlan
 from ..spec import TensorSpec
@@ -29,16 +29,33 @@ class Views:
 
     def __init__(self, facts: ProgramFacts, plan: MemoryPlan, arena: Arena) -> None:
         self.facts, self.plan, self.arena = facts, plan, arena
+        self._dims = {} if plan.symbolic is None else \
+            {d.symbol: d.name for d in plan.symbolic.dims}
+        self._plans: dict[tuple[int, ...], MemoryPlan] = {}
+
+    def plan_at(self, bindings: Bindings) -> MemoryPlan:
+        """The concrete plan at the sizes of these bindings (the plan itself when static)."""
+        if not self._dims:
+            return self.plan
+        sizes = {self._dims[str(s)]: v for s, v in bindings.items() if str(s) in self._dims}
+        key = tuple(sizes[name] for name in sorted(sizes))
+        if key not in self._plans:
+            self._plans[key] = self.plan.at(**sizes)
+        return self._plans[key]
 
     def of(self, name: str, index: int | None, bindings: Bindings) -> torch.Tensor:
         """The planned view of a value (``index`` picks an item) at its actual size."""
         spec = self.facts.items(name)[index or 0]
-        offset = self.plan.address(spec.storage)
+        plan = self.plan_at(bindings)
+        offset = plan.address(spec.storage)
         shape = self.facts.shapes[(name, index)].evaluate(bindings)
         inside = self.facts.slices.get(name if index is None else f"{name}[{index}]")
         if inside is not None:
-            return self.arena.strided(offset + inside.offset, spec.dtype, shape, inside.strides)
-        return self.arena.view(offset, spec.dtype, shape, spec.dim_order)
+            view = self.arena.strided(offset + inside.offset, spec.dtype, shape, inside.strides)
+        else:
+            view = self.arena.view(offset, spec.dtype, shape, spec.dim_order)
+        check_inside(name, view, offset, plan.storages[spec.storage].size)
+        return view
 
     def outputs(self, name: str, op: Any, bindings: Bindings) -> Any:
         """The planned views of every output of a value, layout-checked: one tensor, or a
@@ -52,13 +69,26 @@ class Views:
                 check_layout(name, view, spec, op)
         return tuple(made) if multi else made[0]
 
-    def storage_start(self, spec: TensorSpec, name: str) -> int:
-        """Where the bytes of value ``name`` (of ``spec``) start in the arena, in elements of
-        its dtype: its storage's offset, plus its slice's when it is made in a slice of a
-        concatenation."""
+    def storage_start(self, spec: TensorSpec, name: str, bindings: Bindings) -> int:
+        """Where the bytes of value ``name`` (of ``spec``) start in the arena at these sizes,
+        in elements of its dtype: its storage's offset, plus its slice's when it is made in a
+        slice of a concatenation."""
         inside = self.facts.slices.get(name)
-        start = self.plan.address(spec.storage) + (inside.offset if inside else 0)
+        start = self.plan_at(bindings).address(spec.storage) + (inside.offset if inside else 0)
         return start // spec.dtype.itemsize
+
+
+def check_inside(name: str, view: torch.Tensor, offset: int, reserved: int) -> None:
+    """Raise ``PlanError`` when a planned view reaches past the bytes its storage reserves at
+    this run's sizes (a wrong symbolic plan would write over its neighbour)."""
+    if view.numel() == 0:
+        return
+    last = sum((n - 1) * s for n, s in zip(view.shape, view.stride(), strict=True) if n > 0)
+    end = (view.storage_offset() + last + 1) * view.element_size()
+    if end > offset + reserved:
+        raise PlanError(f"runtime: value {name!r} of shape {tuple(view.shape)} ends at byte "
+                        f"{end}, past the {reserved} B its storage reserves at {offset}: the "
+                        "plan does not hold at these sizes — report this with the model")
 
 
 def check_layout(name: str, tensor: torch.Tensor, spec: TensorSpec, op: Any) -> None:

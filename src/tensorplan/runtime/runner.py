@@ -23,6 +23,7 @@ from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
 from ..alias import AliasTable
+from ..errors import InputError
 from ..control_flow import assign
 from ..fold import NOTHING_FOLDED, Folded, constant_tensors
 from ..internal import stage
@@ -36,6 +37,18 @@ from .graph import GraphRunner
 from .inputs import bind_inputs, flatten_inputs
 from .lower import ProgramFacts
 from .steps import RunStats, StepContext
+
+
+def _lowest(plan: MemoryPlan) -> dict[str, int]:
+    """Every dim of a symbolic plan at its lower bound."""
+    return {d.name: d.lower for d in plan.symbolic.dims}
+
+
+def _state_stays(plan: MemoryPlan) -> bool:
+    """True when every mutated state storage has one offset at every size (the symbolic plan
+    puts state first), so a grown arena keeps it in place."""
+    sym = plan.symbolic
+    return all(sym.offsets[s.id].is_constant for s in plan.storages.values() if s.kind == "state")
 
 
 class Update(enum.Enum):
@@ -53,8 +66,14 @@ class Runner:
     @stage("runtime lowering")
     def __init__(self, program: ExportedProgram, specs: SpecTable, alias: AliasTable,
                  plan: MemoryPlan, roles: Roles, folded: Folded = NOTHING_FOLDED,
-                 order: Sequence[str] | None = None) -> None:
-        self.program, self.roles = program, roles
+                 order: Sequence[str] | None = None, arena: str = "upper") -> None:
+        """``arena``: "upper" allocates the arena at the dims' upper bounds once (the
+        default: a run never reallocates, and it measured as fast or faster); "grow" starts
+        at the smallest sizes' arena and grows it to the largest sizes a run has had (a
+        symbolic plan only; a static plan has one size)."""
+        if arena not in ("upper", "grow"):
+            raise InputError(f"runtime: arena must be 'upper' or 'grow', got {arena!r}")
+        self.program, self.roles, self.plan, self.order = program, roles, plan, order
         call_spec = program.call_spec  # built anew on each access: read it once
         self.in_spec, self.out_spec = call_spec.in_spec, call_spec.out_spec
         leaves = self.in_spec.num_leaves
@@ -62,11 +81,10 @@ class Runner:
         _, self.shape_env = program_shape_env(program)
         self.facts = ProgramFacts.of(specs, roles, folded, alias.slices)
         self.stats = RunStats()
-        self.arena = Arena(plan.arena_bytes)
-        constants = {**constant_tensors(program, roles), **folded.kept}
-        context = StepContext(Views(self.facts, plan, self.arena), constants, self.shape_env,
-                              self.stats)
-        self.graph = GraphRunner(program.graph_module, "", context, order)
+        self.grows = arena == "grow" and plan.symbolic is not None and _state_stays(plan)
+        self.constants = {**constant_tensors(program, roles), **folded.kept}
+        self._build(Arena(plan.at(**_lowest(plan)).arena_bytes if self.grows
+                          else plan.arena_bytes))
         slot_of = {node.name: slot for node, slot in self.graph.slots.items()}
         self.input_slots = [slot_of[name] for name in roles.user_inputs]
         self.state_slots = {buffer: slot_of[placeholder]
@@ -76,6 +94,21 @@ class Runner:
         self._running = stage("run", program,
                               unless="the model itself fails on these inputs in eager")
         self._initial_state()
+
+    def _build(self, arena: Arena) -> None:
+        """Lower the graph over ``arena`` (its frames are built anew on first use)."""
+        self.arena, self.views = arena, Views(self.facts, self.plan, arena)
+        context = StepContext(self.views, self.constants, self.shape_env, self.stats)
+        self.graph = GraphRunner(self.program.graph_module, "", context, self.order)
+
+    def _fit(self, bindings: Mapping) -> None:
+        """Grow the arena to what these sizes need, keeping its bytes (the state's)."""
+        needed = self.views.plan_at(bindings).arena_bytes
+        if needed <= self.arena.nbytes:
+            return
+        grown = Arena(needed)
+        grown.bytes[:self.arena.bytes.numel()].copy_(self.arena.bytes)
+        self._build(grown)
 
     def _updates(self, alias: AliasTable,
                  slot_of: Mapping[str, int]) -> list[tuple[Update, int | None]]:
@@ -127,6 +160,8 @@ class Runner:
             flat = flatten_inputs(self.in_spec, args, kwargs)
         with self._lock, self._running:
             bindings = bind_inputs(self.program, self.roles, flat, self.facts)
+            if self.grows:
+                self._fit(bindings)
             frame = self.graph.frame(bindings)
             for slot, value in zip(self.input_slots, flat, strict=True):
                 if isinstance(value, torch.Tensor):

@@ -9,16 +9,9 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from ..spec import canonical
+
 Bindings = dict[sympy.Symbol, int]
-
-
-def canonical(size: int | torch.SymInt) -> int | sympy.Expr:
-    """A size as an int, or as its expression in the ShapeEnv's canonical symbols."""
-    if not isinstance(size, torch.SymInt):
-        return int(size)
-    node = size.node
-    expr = node.shape_env.replace(node.expr)
-    return int(expr) if expr.is_number else expr
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def _data_dependent(node, row, ctx) -> Built:
 
 
 def _storage_shift(node: torch.fx.Node, row: Lowered,
-                   ctx: StepContext) -> Callable[[Any, Any], tuple] | None:
+                   ctx: StepContext) -> Callable[[Any, Any, Bindings], tuple] | None:
     """For a view given an explicit ``storage_offset`` (``as_strided``): a function of the
     call's (args, kwargs) that adds where the base's storage starts in the arena, since eager
     counts that offset from the base's own storage and here every storage lives in the one
@@ -114,9 +114,8 @@ def _storage_shift(node: torch.fx.Node, row: Lowered,
     base = ctx.views.facts.specs.get(base_name)
     if given is None or not isinstance(base, TensorSpec) or base.storage is None:
         return None
-    start = ctx.views.storage_start(base, base_name)
-
-    def shift(args: Any, kwargs: Any) -> tuple:
+    def shift(args: Any, kwargs: Any, bindings: Bindings) -> tuple:
+        start = ctx.views.storage_start(base, base_name, bindings)
         if positional:
             args = list(args)
             args[position] += start
@@ -138,7 +137,7 @@ def _view(node, row, ctx) -> Built:
     def view(env: Env, b: Bindings) -> None:
         args, kwargs = build(env)
         if shift:
-            args, kwargs = shift(args, kwargs)
+            args, kwargs = shift(args, kwargs, b)
         env[slot] = result = op(*args, **kwargs)
         if checked and isinstance(spec, TensorSpec) and isinstance(result, torch.Tensor):
             check_view_shape(name, result, op, shape.evaluate(b), b)

@@ -9,12 +9,12 @@ import torch
 
 pytest.importorskip("executorch")
 
+import common  # noqa: E402  (benchmarks/common.py)
 import executorch_reference  # noqa: E402,F401  (puts benchmarks/ on the path)
 from executorch.exir.banked_memory_planning import BankPlacementError  # noqa: E402
 from executorch.runtime import Runtime  # noqa: E402
 from test_banks import Hot  # noqa: E402
 
-import common  # noqa: E402  (benchmarks/common.py)
 import tensorplan as tp  # noqa: E402
 from tensorplan.integrations.executorch import lower  # noqa: E402
 

@@ -383,7 +383,7 @@ def assign(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
         if solved.shares is None:
             break
         bank_of = {it.key: max(range(len(banks)), key=row.__getitem__)
-                   for it, row in zip(all_items, solved.shares)}
+                   for it, row in zip(all_items, solved.shares, strict=True)}
         over = _overflows(all_items, banks, capacities, bank_of, arena_of)
         if not over:
             cost = fixed + sum(it.traffic * banks[bank_of[it.key]].cost for it in all_items)

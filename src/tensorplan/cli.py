@@ -43,12 +43,13 @@ from tensorplan.report import (
     plot_timeline,
     spec_table,
 )
+from tensorplan.report.banks import bank_table
 from tensorplan.report.compare import compare
 from tensorplan.report.diff import diff_plans, diff_report, read_plan_file
-from tensorplan.report.banks import bank_table
 from tensorplan.report.html import placement_plan, write_html, write_page
 from tensorplan.report.patches import patching_table
 from tensorplan.report.pte import pte_tables
+from tensorplan.report.symbolic import symbolic_summary
 from tensorplan.report.timeline import plot_plan
 from tensorplan.runtime.lower import explain
 from tensorplan.schedule import ScheduleOptions
@@ -210,12 +211,26 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
     )
     _add_bank_options(parser)
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
+    parser.add_argument("--at", type=_sizes, default=None, metavar="DIM=N[,DIM=N]",
+                        help="print the plan at these sizes of the dynamic dims (seq=16); "
+                             "dims not given are at their upper bound")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
     parser.add_argument("--timeline", metavar="F.png", help="draw the plan over time (.png, .svg)")
     parser.add_argument("--html", metavar="F", help="write the interactive page of the plan")
     parser.add_argument("--save", metavar="F", help="save the compiled program (tp.load reads it)")
     parser.set_defaults(run=run_plan)
+
+
+def _sizes(text: str) -> dict[str, int]:
+    """``DIM=N[,DIM=N]``: sizes of dynamic dims by name."""
+    sizes = {}
+    for part in text.split(","):
+        dim, equals, size = part.partition("=")
+        if not (dim and equals and size.isdigit()):
+            raise argparse.ArgumentTypeError(f"expected DIM=N[,DIM=N] such as seq=16, got {text}")
+        sizes[dim.strip()] = int(size)
+    return sizes
 
 
 def _patches(text: str) -> str | tuple[int, int]:
@@ -341,13 +356,22 @@ def _report_plan(program: Program, args: argparse.Namespace) -> None:
         console.print(spec_table(program.specs))
     if program.patching is not None:
         console.print(patching_table(program.patching))
-    console.print(plan_summary(program))
+    if args.at is not None:
+        console.print(plan_summary(program.plan.at(**args.at), title=_at_title(args.at)))
+    else:
+        console.print(plan_summary(program))
+    if program.plan.symbolic is not None:
+        console.print(symbolic_summary(program.plan, args.at))
     if program.plan.banks:
         console.print(bank_table(program.plan))
     headroom = check_arena(program.plan, args.max_arena)
     if headroom is not None:
         print(f"fits the budget of {args.max_arena:,} B with {headroom:,} B to spare")
     _write_outputs(program, args)
+
+
+def _at_title(sizes: dict[str, int]) -> str:
+    return "at " + ", ".join(f"{dim}={size}" for dim, size in sorted(sizes.items()))
 
 
 def add_run_command(commands: argparse._SubParsersAction) -> None:

@@ -17,9 +17,9 @@ each input satisfies:
 - all sizes are static.
 
 It is done only where it keeps or lowers the bound of the graph it is in: the output's storage
-is then live from the first input's definition, which can cost more than it saves when an input is made long before
-the ``cat``. The result is a new ``AliasTable`` whose ``slices`` give each placed value's
-offset and strides inside the output's storage.
+is then live from the first input's definition, which can cost more than it saves when an
+input is made long before the ``cat``. The result is a new ``AliasTable`` whose ``slices``
+give each placed value's offset and strides inside the output's storage.
 
 Worked example: ``cat([conv_a(x), conv_b(x)], dim=1)`` with both convolutions read only by the
 ``cat``: ``convolution`` lives at offset 0 of ``cat``'s storage, ``convolution_1`` at the

@@ -19,13 +19,13 @@ import torch
 from torch.export import ExportedProgram
 
 from .alias import StorageKind
+from .dims import DimRange, SymbolicPlan
 from .errors import FormatError, PlanError
 from .plan import BankPlan, MemoryPlan, PlannedRegion, PlannedStorage
 from .roles import Roles
 from .schedule import Schedule
 from .sizes import SizeExpr
 from .spec import SpecTable, TensorSpec
-from .symbolic import DimRange, SymbolicPlan
 
 SCHEMA = "tensorplan.plan"  # the "schema" field of every plan document
 SCHEMA_VERSION = 2          # bumped whenever a field changes meaning or disappears (2: the
@@ -200,7 +200,8 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
         **_banks(plan),
         **_symbolic(plan),
         "schedule": _schedule(schedule),
-        "storages": [_record(plan.storages[sid], bool(plan.banks)) for sid in sorted(plan.storages)],
+        "storages": [_record(plan.storages[sid], bool(plan.banks))
+                     for sid in sorted(plan.storages)],
         "regions": [_record(region, bool(plan.banks)) for region in plan.regions],
         "values": [value_to_json(value, spec) for value, spec in specs.tensors()],
     }

@@ -7,10 +7,10 @@ only for their sizes and options (``full_like``, ``new_ones``: ``schemas.reads_o
 and those are static — and its outputs have static sizes
 (or it has none: a check such as ``_assert_tensor_metadata`` on folded values is made here,
 once):
-a causal mask from ``arange``/``full`` or ``ones_like(scores).tril()``, rotary tables, a relative-position bias, a weight
-transpose. Folded values are computed here with the program's real constants; the ones that
-something else still reads (the *frontier*) are kept as constants, out of the arena and out of
-every run; the rest are never needed again.
+a causal mask from ``arange``/``full`` or ``ones_like(scores).tril()``, rotary tables, a
+relative-position bias, a weight transpose. Folded values are computed here with the
+program's real constants; the ones that something else still reads (the *frontier*) are
+kept as constants, out of the arena and out of every run; the rest are never needed again.
 
 A view of a constant costs nothing at run time, so it is folded only when nothing but folded
 values reads it.

@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 
 from .alias import AliasTable, StorageKind
 from .banks import BankRequest, Item, assign, items
+from .dims import SymbolicPlan
 from .errors import InputError
 from .liveness import GraphLifetimes
 from .planners import Buffer, Placement, PlannerParams, Problem
 from .planners.dispatch import plan_unverified
 from .sizes import SizeExpr
-from .symbolic import SymbolicPlan
-from .symbolic_validate import Placed, symbolic_violations, sweep_points
+from .symbolic_validate import Placed, sweep_points, symbolic_violations
 from .validate import Violation, ViolationKind, find_escapes, find_violations, plan_error
 
 

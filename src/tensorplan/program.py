@@ -17,8 +17,8 @@ from torch.export import ExportedProgram
 from .alias import AliasTable, planned_specs
 from .arena_budget import check_arena
 from .artifact import read_artifact, write_artifact
-from .capture import capture
 from .banks import Bank, BankRequest, bank_request
+from .capture import capture
 from .errors import InputError, PlanError
 from .fold import NOTHING_FOLDED, Folded
 from .internal import stage
@@ -57,10 +57,14 @@ class Program:
     _made: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
                                   compare=False)
 
-    def runner(self) -> Runner:
-        """A new runner with its own arena and state (initial buffer values) and fresh stats."""
+    def runner(self, arena: str = "upper") -> Runner:
+        """A new runner with its own arena and state (initial buffer values) and fresh stats.
+
+        ``arena``: "upper" (default) allocates the arena at the dims' upper bounds once; "grow"
+        (a program with dynamic dims) starts at the smallest sizes' arena and grows it to what
+        the largest sizes run so far need (``plan.arena_bytes_at``), keeping the state."""
         return Runner(self.exported_program, self.specs, self.alias, self.plan, self.roles,
-                      self.folded, self.order)
+                      self.folded, self.order, arena)
 
     @property
     def order(self) -> Order | None:

@@ -24,8 +24,8 @@ from torch.export import ExportedProgram
 
 from . import zoo
 from .artifact import is_artifact
-from .capture import capture
 from .banks import Bank
+from .capture import capture
 from .errors import InputError
 from .plan import PlanOptions
 from .program import Program, compile, load

@@ -8,6 +8,7 @@ from typing import Any
 from ..encoding import encode_plan
 from ..plan import MemoryPlan, PlannedStorage
 from ..program import Program
+from ..sizes import SizeExpr
 from .c_values import SHARED_TYPES, c_array, value_table
 
 
@@ -82,6 +83,43 @@ def _bank_lines(prefix: str, plan: MemoryPlan, stems: dict[int, str]) -> list[st
     return lines
 
 
+def _symbolic_lines(prefix: str, plan: MemoryPlan, stems: list[str]) -> list[str]:
+    """Per dim its range, then ``static inline`` functions of the dims: the arena's bytes,
+    and each storage's offset and size, at the sizes a run has (none for a static plan)."""
+    sym = plan.symbolic
+    if sym is None:
+        return []
+    lower = prefix.lower()
+    params = ", ".join(f"int64_t {d.name}" for d in sym.dims)
+    names = ", ".join(d.name for d in sym.dims)
+    maximum, align = f"{lower}_max_i64", f"{lower}_align_i64"
+    lines = [_comment("the plan as functions of the dynamic dims: valid at every size in "
+                      "range, with no two live storages overlapping"),
+             f"#define {prefix}_NUM_DIMS {len(sym.dims)}u"]
+    for d in sym.dims:
+        lines += [f"#define {prefix}_DIM_{c_identifier(d.name)}_MIN {d.lower}",
+                  f"#define {prefix}_DIM_{c_identifier(d.name)}_MAX {d.upper}"]
+    unused = [f"    (void){d.name};" for d in sym.dims]
+
+    def function(name: str, expr: SizeExpr) -> list[str]:
+        return [f"static inline int64_t {name}({params}) {{", *unused,
+                f"    return {expr.c_text('int64_t', maximum, align)};", "}"]
+
+    lines += [f"static inline int64_t {maximum}(int64_t a, int64_t b) {{ return a > b ? a : b; }}",
+              f"static inline int64_t {align}(int64_t x, int64_t k) {{",
+              "    return x >= 0 ? (x + k - 1) / k * k : -((-x) / k * k);", "}",
+              *function(f"{lower}_arena_bytes_at", sym.arena)]
+    for sid, stem in zip(sorted(plan.storages), stems, strict=True):
+        lines += function(f"{stem.lower()}_offset_at", sym.offsets[sid])
+        lines += function(f"{stem.lower()}_size_at", sym.sizes[sid])
+    for what in ("offset", "size"):
+        cases = [f"    case {sid}u: return {stem.lower()}_{what}_at({names});"
+                 for sid, stem in zip(sorted(plan.storages), stems, strict=True)]
+        lines += [f"static inline int64_t {lower}_storage_{what}_at(uint32_t id, {params}) {{",
+                  "    switch (id) {", *cases, "    default: return -1;", "    }", "}"]
+    return [*lines, ""]
+
+
 def _header_numbers(prefix: str, plan: MemoryPlan) -> list[str]:
     return [
         f"#define {prefix}_ARENA_BYTES {plan.arena_bytes}u",
@@ -108,6 +146,13 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
     ``_ARENA_BYTES``, ``_CONSTANT_BYTES``, ``_CAPACITY`` (bounded banks), ``_NUM_STORAGES`` and
     its own ``<name>_bank_<bank>_storage_ids`` / ``_storage_offsets``; each storage's
     ``_BANK`` names its bank's id, and ``<name>_storage_banks`` lists them in storage-id order.
+
+    With dynamic dims the macros and tables hold the plan at the upper bounds (a buffer of
+    ``_ARENA_BYTES`` serves every size), and ``static inline`` functions of the dims (by Dim
+    name, ``int64_t``) give the plan at a run's sizes: ``<name>_arena_bytes_at(...)``, per
+    storage ``<name>_s<id>_<value>_offset_at`` / ``_size_at``, and
+    ``<name>_storage_offset_at(id, ...)`` / ``_storage_size_at(id, ...)`` (-1 for an unknown
+    id); ``<NAME>_DIM_<DIM>_MIN`` / ``_MAX`` give each range.
     """
     prefix = c_identifier(name)
     lower = prefix.lower()
@@ -124,6 +169,7 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
     if plan.banks:
         lines += _bank_lines(prefix, plan, {s.id: stem for s, stem in zip(storages, stems,
                                                                          strict=True)})
+    lines += _symbolic_lines(prefix, plan, stems)
     if storages:
         count = f"{prefix}_NUM_STORAGES"
         lines += c_array("uint32_t", f"{lower}_storage_ids", count, [str(s.id) for s in storages])

@@ -122,6 +122,11 @@ def storage_table(plan: MemoryPlan, top: int = 10) -> Table:
     return table
 
 
-def plan_summary(program: Program, top: int = 10) -> Group:
-    """The plan's overview table followed by its ``top`` largest storages, as one renderable."""
-    return Group(overview_table(program.plan), storage_table(program.plan, top))
+def plan_summary(planned: Program | MemoryPlan, top: int = 10, title: str = "") -> Group:
+    """The plan's overview table followed by its ``top`` largest storages, as one renderable
+    (``title`` added to the overview's: the sizes a plan is shown at)."""
+    plan = planned.plan if isinstance(planned, Program) else planned
+    overview = overview_table(plan)
+    if title:
+        overview.title = f"{overview.title} {title}"
+    return Group(overview, storage_table(plan, top))

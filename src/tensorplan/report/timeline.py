@@ -164,9 +164,9 @@ def plot_timeline(program: Program, path: str | os.PathLike[str], name: str = "m
     x is the step of the top-level schedule, from just before the first computation (the
     steps before it only bind inputs, parameters and state); y is the byte offset in the
     arena (with memory banks: the banks one above the other, fastest at the bottom, each
-    starting at a labelled line). Storages are coloured by kind and the largest ones labelled, regions hatched, the
-    lower bound a dashed line and the peak step a shaded band. Raises ``TensorPlanError``
-    when matplotlib is missing.
+    starting at a labelled line). Storages are coloured by kind and the largest ones
+    labelled, regions hatched, the lower bound a dashed line and the peak step a shaded
+    band. Raises ``TensorPlanError`` when matplotlib is missing.
     """
     plot_plan(program.plan, path, name)
 

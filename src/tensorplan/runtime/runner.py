@@ -23,8 +23,8 @@ from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
 from ..alias import AliasTable
-from ..errors import InputError
 from ..control_flow import assign
+from ..errors import InputError
 from ..fold import NOTHING_FOLDED, Folded, constant_tensors
 from ..internal import stage
 from ..plan import MemoryPlan

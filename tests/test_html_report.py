@@ -1,8 +1,8 @@
 """The HTML report in a real browser: Debian's headless Chromium, driven by selenium.
 
 Each page is opened from ``file://``; the tests hover a rectangle and read its tooltip, click
-it, sort and filter the table, time the page on a 10,000-buffer plan, and check a screenshot of
-the chart is a drawing, not a blank canvas.
+it, sort and filter the table, move a dynamic dim's slider, time the page on a 10,000-buffer
+plan, and check a screenshot of the chart is a drawing, not a blank canvas.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from tensorplan import zoo
 from tensorplan.report import write_html
 from tensorplan.report.geometry import KIND_COLOURS, peak
 from tensorplan.report.html import value_ops
-from tensorplan.report.text import shape_text
+from tensorplan.report.tables import plan_numbers
+from tensorplan.report.text import bytes_text, human_bytes, shape_text
 
 
 @pytest.fixture(scope="module")
@@ -251,3 +252,89 @@ def test_memory_banks_are_drawn_one_above_the_other_and_named(browser, tmp_path)
             for th in browser.find_elements(By.CSS_SELECTOR, "#storage-head th")]
     banks = _column(browser, head.index("bank"))
     assert sorted(set(banks)) == ["dram", "sram"] and len(banks) == len(plan.storages)
+
+
+def _summary(browser) -> dict[str, str]:
+    return {box.find_element(By.TAG_NAME, "span").text: box.find_element(By.TAG_NAME, "b").text
+            for box in browser.find_elements(By.CSS_SELECTOR, "#summary .number")}
+
+
+def _set_dim(browser, name: str, size: int) -> None:
+    browser.execute_script("""
+        const input = document.getElementById("dim-" + arguments[0]);
+        input.value = arguments[1];
+        input.dispatchEvent(new Event("input"));""", name, size)
+
+
+def test_the_seq_slider_draws_the_plan_at_that_size(browser, tiny_gpt, tmp_path):
+    write_html(tiny_gpt, tmp_path / "page.html", "tiny_gpt")
+    _open(browser, tmp_path / "page.html")
+    plan = tiny_gpt.plan
+    (slider,) = browser.find_elements(By.CSS_SELECTOR, "#dims input[type=range]")
+    assert [slider.get_attribute(k) for k in ("id", "min", "max", "value")] == [
+        "dim-seq", "2", "128", "128"]
+    numbers = _summary(browser)
+    assert numbers["sizes"] == "seq = 128"
+    assert numbers["arena at the upper bounds"] == "655,872 B (640.5 KiB)" == numbers["arena"]
+    _set_dim(browser, "seq", 16)
+    at16 = plan.at(seq=16)
+    numbers = _summary(browser)
+    assert browser.find_element(By.ID, "dim-seq-value").text == "16"
+    assert numbers["sizes"] == "seq = 16"
+    assert _bytes(numbers["arena"].split(" (")[0]) == plan.arena_bytes_at(seq=16) == 28_736
+    assert _bytes(numbers["lower bound"].split(" (")[0]) == plan.lower_bound_at(seq=16)
+    assert numbers["ratio"] == "1.002 (arena / lower bound)"
+    assert numbers["arena at the upper bounds"] == "655,872 B (640.5 KiB)"
+    assert numbers["optimal"] == "not proven at these sizes"
+    top = peak(at16)
+    assert numbers["peak step"] == str(top.step)
+    live = browser.find_elements(By.CSS_SELECTOR, "#peak tbody tr")
+    assert [row.get_attribute("data-id") for row in live] == [str(i) for i in top.storages]
+    # the largest storage whose offset and size both grow with seq, hovered and clicked
+    moving = [s for s in at16.storages.values()
+              if plan.symbolic.sizes[s.id].dims and plan.symbolic.offsets[s.id].dims]
+    chosen = max(moving, key=lambda s: (s.size, -s.id))
+    assert (chosen.offset, chosen.size) != (plan.storages[chosen.id].offset,
+                                            plan.storages[chosen.id].size)
+    lines = _hover(browser, chosen.id).splitlines()
+    assert lines[1] == (f"offset {chosen.offset:,} B · size {chosen.size:,} B "
+                        f"({human_bytes(chosen.size)})")
+    ActionChains(browser).click().perform()
+    panel = browser.find_element(By.ID, "selected").text.splitlines()
+    assert panel[1] == (f"offset {chosen.offset:,} B, size {chosen.size:,} B, "
+                        f"steps [{chosen.start}, {chosen.end})")
+    sizes = [_bytes(t) for t in _column(browser, 4)]
+    assert sizes == sorted((s.size for s in at16.storages.values()), reverse=True)
+
+
+def test_the_page_evaluates_the_plan_exactly_at_every_seq(browser, tiny_gpt, tmp_path):
+    write_html(tiny_gpt, tmp_path / "page.html", "tiny_gpt")
+    _open(browser, tmp_path / "page.html")
+    drawn = browser.execute_script("""
+        const input = document.getElementById("dim-seq");
+        const data = window.tensorplanReport.data;
+        const found = [];
+        for (let seq = 2; seq <= 128; ++seq) {
+          input.value = seq;
+          input.dispatchEvent(new Event("input"));
+          found.push([data.arena, data.lower_bound, data.storages.map((s) => [s.offset, s.size])]);
+        }
+        return found;""")
+    plan = tiny_gpt.plan
+    for seq, (arena, lower, storages) in zip(range(2, 129), drawn, strict=True):
+        at = plan.at(seq=seq)
+        assert (arena, lower) == (at.arena_bytes, at.lower_bound_bytes), seq
+        assert storages == [[s.offset, s.size] for _, s in sorted(at.storages.items())], seq
+
+
+def test_a_static_plan_has_no_dim_slider(browser, tmp_path):
+    e = zoo.example("mlp")
+    program = tp.compile(e.model, e.args)
+    assert program.plan.symbolic is None
+    write_html(program, tmp_path / "page.html", "mlp")
+    data = _open(browser, tmp_path / "page.html")
+    assert browser.find_elements(By.CSS_SELECTOR, "#dims, input[type=range]") == []
+    assert "symbolic" not in data and not any("expr" in s for s in data["storages"])
+    numbers = _summary(browser)
+    assert list(numbers) == [label for label, _ in plan_numbers(program.plan)] + ["peak step"]
+    assert numbers["arena"] == bytes_text(program.plan.arena_bytes)

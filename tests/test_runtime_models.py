@@ -59,11 +59,19 @@ def _resized(example: zoo.Example, length: int) -> tuple:
 
 
 @pytest.mark.parametrize("name", DYNAMIC)
-def test_dynamic_sequence_length_at_three_sizes(name):
+def test_dynamic_sequence_length_at_a_sweep_of_sizes(name):
+    """Equal to eager at every size of a sweep, out of the arena at the bounds (the default)
+    and out of one that grows to the largest size run, which is at the lower bound there."""
     example, prog = _compile(name)
-    for length in (2, 23, 64):
+    growing = prog.runner(arena="grow")
+    largest = 2
+    for length in (2, 23, 8, 64, 16, 3):
         args = _resized(example, length)
         with torch.no_grad():
             expected = example.model(*args)
         torch.testing.assert_close(prog.run(*args), expected)
-    assert prog.stats == {op: 3 * n for op, n in EXPECTED_FALLBACKS[name].items()}
+        torch.testing.assert_close(growing.run(*args), expected)
+        largest = max(largest, length)
+        assert growing.arena.nbytes == prog.plan.arena_bytes_at(seq=largest) \
+            == prog.plan.lower_bound_at(seq=largest)
+    assert prog.stats == {op: 6 * n for op, n in EXPECTED_FALLBACKS[name].items()}

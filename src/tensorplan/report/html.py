@@ -7,6 +7,17 @@ offset, size and lifetime; clicking one highlights it and lists every value that
 Above it are the summary numbers, beside it what is live at the peak step, largest first, and
 below it a table of storages, sortable by any column and filterable by value name. Drawing is
 one canvas pass and the table shows 500 rows at a time, so 10,000-storage plans stay quick.
+
+A plan with dynamic dims (``plan.symbolic``) gets one slider per dim, from its lower to its
+upper bound (``dim-<name>``, starting at the upper bound), and is drawn at the sizes they set:
+every storage's offset and size, every region's offset, the arena, the lower bound and the peak.
+The page embeds the symbolic plan's expressions (``SizeExpr.to_json``: the largest of terms,
+each a poly plus polys rounded up to a multiple) and its script evaluates them, rather than
+embedding the plan at every size: exact, small, and the same for any number of dims. It uses
+plain JavaScript numbers, exact while every value (a poly's terms and sums included) stays
+below 2**53 bytes. The lower bound at a size is the most aligned bytes live at one top-level
+step, each storage taking what its largest value needs there (``MemoryPlan.lower_bound_at``).
+A static plan's page has no slider and no expressions.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..dims import SymbolicPlan
 from ..dsa import DsaInstance
 from ..encoding import dtype_name
 from ..plan import MemoryPlan, PlannedStorage
@@ -36,7 +48,7 @@ from .geometry import (
     x_maps,
 )
 from .tables import plan_numbers
-from .text import shape_text
+from .text import bytes_text, shape_text
 
 PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -107,6 +119,41 @@ def value_details(program: Program) -> dict[str, dict[str, Any]]:
             for name, spec in program.specs.tensors()}
 
 
+def _summary(plan: MemoryPlan, peak_step: int) -> list[tuple[str, str]]:
+    """The summary's (label, text) rows; with dynamic dims, the arena at the upper bounds too
+    (the page recomputes the arena, lower bound, ratio, optimal and peak rows at each size)."""
+    rows = [*plan_numbers(plan), ("peak step", str(peak_step))]
+    if plan.symbolic is None:
+        return rows
+    rows = [(f"{label} (at the upper bounds)" if label == "baseline bound" else label, text)
+            for label, text in rows]
+    rows.insert(1, ("arena at the upper bounds", bytes_text(plan.arena_bytes_at())))
+    return rows
+
+
+def _symbolic_data(symbolic: SymbolicPlan) -> dict[str, Any]:
+    """What the page needs to draw the plan at any size: the dims, the alignment, the arena."""
+    return {"dims": [{"name": d.name, "lower": d.lower, "upper": d.upper}
+                     for d in symbolic.dims],
+            "alignment": symbolic.alignment, "arena": symbolic.arena.to_json()}
+
+
+def _storage_exprs(symbolic: SymbolicPlan | None, storage: int) -> dict[str, Any]:
+    """A storage's offset, size and need as expressions (``{}`` for a static plan)."""
+    if symbolic is None:
+        return {}
+    return {"expr": {"offset": symbolic.offsets[storage].to_json(),
+                     "size": symbolic.sizes[storage].to_json(),
+                     "need": symbolic.needs[storage].to_json()}}
+
+
+def _region_exprs(symbolic: SymbolicPlan | None, node: str) -> dict[str, Any]:
+    """A region's offset as an expression (``{}`` for a static plan)."""
+    if symbolic is None:
+        return {}
+    return {"expr": {"offset": symbolic.region_offsets[node].to_json()}}
+
+
 def page_data(plan: MemoryPlan, values: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The JSON the page's script draws: numbers, the time axis, storages, regions, peak.
 
@@ -114,12 +161,15 @@ def page_data(plan: MemoryPlan, values: Mapping[str, Mapping[str, Any]]) -> dict
     from it are shown by name alone. With memory banks, the banks are drawn one above the
     other, fastest at the bottom: a storage's ``offset`` is where it is drawn (its bank's base
     plus its offset, ``in_bank``), and ``banks`` gives each bank's base, arena and capacity.
+    With dynamic dims, ``symbolic`` holds the dims, the alignment and the arena's expression,
+    and every storage and region an ``expr`` of its offset (and a storage's size and need).
     """
     maps = x_maps(plan)
     top = peak(plan)
     kinds = sorted({s.kind for s in plan.storages.values()})
+    sym = plan.symbolic
     return {
-        "summary": [*plan_numbers(plan), ("peak step", str(top.step))],
+        "summary": _summary(plan, top.step),
         "arena": plan.arena_bytes,
         "lower_bound": plan.lower_bound_bytes,
         "x": [first_step(plan), graph_steps(plan, "")],
@@ -132,16 +182,19 @@ def page_data(plan: MemoryPlan, values: Mapping[str, Mapping[str, Any]]) -> dict
                       "start": s.start, "end": s.end, "kind": s.kind, "graph": s.graph,
                       "x0": maps[s.graph](s.start), "x1": maps[s.graph](s.end),
                       "values": list(s.values),
-                      **({"bank": s.bank, "in_bank": s.offset} if s.bank else {})}
+                      **({"bank": s.bank, "in_bank": s.offset} if s.bank else {}),
+                      **_storage_exprs(sym, s.id)}
                      for s in sorted(plan.storages.values(), key=lambda s: s.id)],
         "banks": [{"name": b.name, "base": plan.bank_base(b.name), "arena": b.arena_bytes,
                    "capacity": b.capacity} for b in plan.banks],
         "regions": [{"node": r.node, "graph": r.graph, "offset": plan.bank_base(r.bank) + r.offset,
                      "size": r.size,
                      "step": r.step, "subgraphs": list(r.subgraphs),
-                     "x0": maps[r.graph](r.step), "x1": maps[r.graph](r.step + 1)}
+                     "x0": maps[r.graph](r.step), "x1": maps[r.graph](r.step + 1),
+                     **_region_exprs(sym, r.node)}
                     for r in plan.regions],
         "values": values,
+        **({"symbolic": _symbolic_data(sym)} if sym is not None else {}),
     }
 
 

@@ -40,6 +40,11 @@
 
   function exactBytes(n) { return n.toLocaleString("en-US") + " B"; }
 
+  // As report/text.py's bytes_text: exact, and in binary units from 1 KiB.
+  function bytesText(n) {
+    return exactBytes(n) + (Math.abs(n) < 1024 ? "" : " (" + humanBytes(n) + ")");
+  }
+
   function valueLines(s, limit) {
     const shown = s.values.slice(0, limit).map((name) => {
       const v = data.values[name];
@@ -60,9 +65,126 @@
     return "[" + s.start + ", " + s.end + ")" + (s.graph ? " of " + s.graph : "");
   }
 
+  // ---- the plan at the sizes of the dynamic dims ------------------------------------------
+  // A symbolic plan's offsets and sizes are expressions in the dims (SizeExpr.to_json): the
+  // largest of its terms, a term a poly ([[coefficient, {dim: power}], ...]) plus polys each
+  // rounded up to a multiple. Plain numbers: exact while every value stays below 2**53.
+  const symbolic = data.symbolic || null;
+  const sizes = Object.fromEntries((symbolic ? symbolic.dims : []).map((d) => [d.name, d.upper]));
+
+  function polyValue(poly) {
+    let total = 0;
+    for (const [coefficient, powers] of poly) {
+      let product = coefficient;
+      for (const [dim, power] of Object.entries(powers)) product *= sizes[dim] ** power;
+      total += product;
+    }
+    return total;
+  }
+
+  // n rounded up to a multiple of k, in integers (as Python's -(-n // k) * k).
+  function roundUp(n, k) {
+    const below = ((n % k) + k) % k;
+    return below === 0 ? n : n - below + k;
+  }
+
+  function exprValue(expr) {
+    return Math.max(...expr.map((term) => term.aligned.reduce(
+      (total, [poly, k]) => total + roundUp(polyValue(poly), k), polyValue(term.poly))));
+  }
+
+  // The top-level step with the most bytes live, each storage taking sizeOf(s) bytes and each
+  // region its size (the first such step; as peak.py's peak): its bytes, storages largest
+  // first, regions.
+  function livePeak(sizeOf) {
+    const top = storages.filter((s) => !s.graph);
+    const regions = data.regions.filter((r) => !r.graph);
+    const delta = new Array(data.x[1] + 1).fill(0);
+    for (const s of top) {
+      const bytes = sizeOf(s);
+      delta[s.start] += bytes;
+      delta[s.end] -= bytes;
+    }
+    for (const r of regions) { delta[r.step] += r.size; delta[r.step + 1] -= r.size; }
+    let live = 0;
+    let best = -1;
+    let step = 0;
+    delta.slice(0, -1).forEach((change, t) => {
+      live += change;
+      if (live > best) { best = live; step = t; }
+    });
+    return { step: step, bytes: Math.max(best, 0),
+             storages: top.filter((s) => s.start <= step && step < s.end)
+               .sort((a, b) => b.size - a.size || a.id - b.id).map((s) => s.id),
+             regions: regions.filter((r) => r.step === step).map((r) => r.node) };
+  }
+
+  // Every offset and size, the arena, the lower bound and the peak at the current sizes; the
+  // bytes axis shows the whole arena again.
+  function applySizes() {
+    for (const s of storages) {
+      s.offset = exprValue(s.expr.offset);
+      s.size = exprValue(s.expr.size);
+    }
+    for (const r of data.regions) r.offset = exprValue(r.expr.offset);
+    data.arena = exprValue(symbolic.arena);
+    data.lower_bound = livePeak((s) => roundUp(exprValue(s.expr.need), symbolic.alignment)).bytes;
+    data.peak = livePeak((s) => s.size);
+    fullView.y1 = yExtent();
+    view.y0 = fullView.y0;
+    view.y1 = fullView.y1;
+  }
+
+  function setSize(name, value) {
+    sizes[name] = value;
+    $("dim-" + name + "-value").textContent = String(value);
+    applySizes();
+    drawSummary();
+    drawLegend();
+    drawPeak();
+    drawSelected();
+    drawTableBody();
+    schedule();
+  }
+
+  // One slider per dim, above the summary (none for a static plan).
+  function drawDims() {
+    if (!symbolic) return;
+    const controls = symbolic.dims.map((d) => {
+      const input = el("input", { type: "range", id: "dim-" + d.name, min: d.lower,
+                                  max: d.upper, step: 1, value: sizes[d.name] });
+      input.addEventListener("input", () => setSize(d.name, Number(input.value)));
+      return el("label", { class: "dim" }, [
+        el("b", { text: d.name }), " = ",
+        el("output", { id: "dim-" + d.name + "-value", text: String(sizes[d.name]) }), input,
+        el("span", { class: "more", text: "from " + d.lower + " to " + d.upper }),
+      ]);
+    });
+    $("summary").before(el("div", { id: "dims" }, [
+      el("span", { text: "Plan at the sizes of the dynamic dims:" }), ...controls]));
+  }
+
   // ---- summary, legend, peak ------------------------------------------------------------
+  function ratioText() {
+    if (data.lower_bound === 0) return "n/a (nothing to place)";
+    return (data.arena / data.lower_bound).toFixed(3) + " (arena / lower bound)";
+  }
+
+  // The summary's rows; with dynamic dims, those that change with the sizes at the current ones.
+  function summaryRows() {
+    if (!symbolic) return data.summary;
+    const atBounds = symbolic.dims.every((d) => sizes[d.name] === d.upper);
+    const current = new Map([["arena", bytesText(data.arena)],
+                             ["lower bound", bytesText(data.lower_bound)],
+                             ["ratio", ratioText()], ["peak step", String(data.peak.step)]]);
+    if (!atBounds) current.set("optimal", "not proven at these sizes");
+    const shown = symbolic.dims.map((d) => d.name + " = " + sizes[d.name]).join(", ");
+    return [["sizes", shown],
+            ...data.summary.map(([label, text]) => [label, current.get(label) ?? text])];
+  }
+
   function drawSummary() {
-    $("summary").replaceChildren(...data.summary.map(([label, text]) =>
+    $("summary").replaceChildren(...summaryRows().map(([label, text]) =>
       el("div", { class: "number" }, [el("span", { text: label }), el("b", { text: text })])));
   }
 
@@ -132,8 +254,8 @@
   const base = $("base");
   const over = $("over");
   const tip = $("tip");
-  const fullView = { x0: data.x[0], x1: data.x[1], y0: 0,
-                     y1: Math.max(data.arena, data.lower_bound, 1) * 1.08 };
+  function yExtent() { return Math.max(data.arena, data.lower_bound, 1) * 1.08; }
+  const fullView = { x0: data.x[0], x1: data.x[1], y0: 0, y1: yExtent() };
   let view = Object.assign({}, fullView);
   let box = { width: 0, height: 0 };
 
@@ -488,6 +610,8 @@
   new ResizeObserver(resize).observe(base);
 
   const started = performance.now();
+  if (symbolic) applySizes();
+  drawDims();
   drawSummary();
   drawLegend();
   drawPeak();

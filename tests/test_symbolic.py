@@ -176,7 +176,7 @@ def _tokens(seq: int) -> torch.Tensor:
 
 def test_a_growing_arena_follows_the_largest_size_run_and_equals_eager(gpt):
     example, program = gpt
-    runner = program.runner(arena="grow")
+    runner = program.runner()  # the default grows
     plan = program.plan
     assert runner.arena.nbytes == plan.arena_bytes_at(seq=2)
     largest = 2
@@ -186,7 +186,7 @@ def test_a_growing_arena_follows_the_largest_size_run_and_equals_eager(gpt):
             expected = example.model(_tokens(seq))
         torch.testing.assert_close(runner.run(_tokens(seq)), expected)
         assert runner.arena.nbytes == plan.arena_bytes_at(seq=largest)
-    assert program.runner().arena.nbytes == plan.arena_bytes  # the default: the bounds'
+    assert program.runner(arena="upper").arena.nbytes == plan.arena_bytes
     with pytest.raises(InputError, match="129"):
         runner.run(_tokens(129))
 
@@ -287,3 +287,41 @@ def test_a_data_dependent_size_is_planned_at_its_bound_with_the_reason():
     for seq in (2, 9, 64):
         x = torch.randn(seq)
         torch.testing.assert_close(program.run(x), Positives()(x))
+
+
+def test_the_timeline_is_drawn_at_the_sizes_asked(tmp_path, capsys):
+    path = tmp_path / "gpt16.svg"
+    assert main(["plan", "zoo:tiny_gpt", "--at", "seq=16", "--timeline", str(path)]) == 0
+    drawing = path.read_text()
+    assert "tiny_gpt at seq=16" in drawing
+    assert f"wrote timeline to {path}" in capsys.readouterr().out
+
+
+class Gate(nn.Module):
+    """A ``cond`` on a value of dynamic length: a seq x seq product in one branch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def big(x: torch.Tensor) -> torch.Tensor:
+            scores = (x.unsqueeze(1) * x.unsqueeze(0)).sum(-1)  # seq x seq
+            return torch.relu(scores) @ x * 2
+
+        def small(x: torch.Tensor) -> torch.Tensor:
+            return x.sin() + 1
+
+        return torch.cond(x.sum() > 0, big, small, (x,)) + x
+
+
+def test_subgraph_storages_keep_their_bound_size_and_say_why():
+    program = tp.compile(Gate(), (torch.randn(16, 8),), dynamic_shapes=({0: SEQ},))
+    plan = program.plan
+    held = plan.symbolic.held
+    inside = {s.id for s in plan.storages.values() if s.graph}
+    assert held and set(held) <= inside
+    assert all("planned at its bounds" in why and "subgraph" in why for why in held.values())
+    assert plan.violations() == []
+    region = plan.regions[0]
+    assert plan.at(seq=2).regions[0].size == region.size  # the region at its bound's size
+    for seq in (2, 17, 64):
+        for sign in (1, -1):
+            x = torch.rand(seq, 8) * sign
+            torch.testing.assert_close(program.run(x), Gate()(x))

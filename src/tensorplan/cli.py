@@ -212,8 +212,8 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
     _add_bank_options(parser)
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--at", type=_sizes, default=None, metavar="DIM=N[,DIM=N]",
-                        help="print the plan at these sizes of the dynamic dims (seq=16); "
-                             "dims not given are at their upper bound")
+                        help="print (and draw, with --timeline) the plan at these sizes of the "
+                             "dynamic dims (seq=16); dims not given are at their upper bound")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
     parser.add_argument("--timeline", metavar="F.png", help="draw the plan over time (.png, .svg)")
@@ -315,13 +315,21 @@ def _write_outputs(program: Program, args: argparse.Namespace) -> None:
             lambda path: _write_text(path, json.dumps(plan_to_json(program, name), indent=1)),
         ),
         (args.header, "C header", lambda path: _write_text(path, plan_to_c_header(program, name))),
-        (args.timeline, "timeline", lambda path: plot_timeline(program, path, name)),
+        (args.timeline, "timeline", lambda path: _timeline(program, path, name, args.at)),
         (args.html, "page", lambda path: write_html(program, path, name)),
         (args.save, "program", program.save),
     )
     for path, what, write in writers:
         if path:
             _write(path, what, write)
+
+
+def _timeline(program: Program, path: str, name: str, at: dict[str, int] | None) -> None:
+    """The picture of the plan, at the sizes ``--at`` gives (the upper bounds without)."""
+    if at is None:
+        plot_timeline(program, path, name)
+    else:
+        plot_plan(program.plan.at(**at), path, f"{name} {_at_title(at)}")
 
 
 def _write(path: str, what: str, write: Callable[[str], None]) -> None:

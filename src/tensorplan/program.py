@@ -57,12 +57,13 @@ class Program:
     _made: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
                                   compare=False)
 
-    def runner(self, arena: str = "upper") -> Runner:
+    def runner(self, arena: str = "grow") -> Runner:
         """A new runner with its own arena and state (initial buffer values) and fresh stats.
 
-        ``arena``: "upper" (default) allocates the arena at the dims' upper bounds once; "grow"
-        (a program with dynamic dims) starts at the smallest sizes' arena and grows it to what
-        the largest sizes run so far need (``plan.arena_bytes_at``), keeping the state."""
+        ``arena``: "grow" (default; for a program with dynamic dims) starts at the smallest
+        sizes' arena and grows it to what the largest sizes run so far need
+        (``plan.arena_bytes_at``), keeping the state; "upper" allocates the arena at the dims'
+        upper bounds once (see ``Runner``)."""
         return Runner(self.exported_program, self.specs, self.alias, self.plan, self.roles,
                       self.folded, self.order, arena)
 

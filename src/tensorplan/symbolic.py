@@ -72,7 +72,8 @@ def _dims(program: ExportedProgram, specs: SpecTable,
     dims = {}
     for symbol in ordered:
         known = program.range_constraints.get(symbol) or shape_env.var_to_range[symbol]
-        example = getattr(shape_env, "backed_var_to_val", shape_env.var_to_val).get(symbol)
+        hints = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
+        example = hints.get(symbol)
         dims[symbol] = DimRange(names[symbol], str(symbol), int(known.lower), int(known.upper),
                                 int(known.upper if example is None else example))
     return dims

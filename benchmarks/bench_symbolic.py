@@ -1,0 +1,220 @@
+"""Symbolic plans: the arena a run needs at the sizes it has, vs the plan at the upper bounds.
+
+Usage: ``python benchmarks/bench_symbolic.py [--out FILE] [--models a,b] [--runs N]``
+
+Per dynamic model, the program is compiled once (``tp.compile``; the symbolic plan is part of
+it). At each dim at 1/8, 1/4, 1/2 and all of its range (every dim scaled together): the
+symbolic arena there (``plan.arena_bytes_at``), the lower bound there
+(``plan.lower_bound_at``: the most aligned bytes live at one step at those sizes), their
+ratio, and today's arena (the one plan at the upper bounds, which is what a run held before).
+Run: the median ms of eager, of a runner whose arena is allocated at the bounds
+(``runner(arena="upper")``) and of one grown to that size (``runner()``, the default), one
+thread, interleaved; every output compared with eager. Compile: the whole ``tp.compile`` and, within
+it, the symbolic stage (stacking and its proof), timed alone on the same plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import common
+import torch
+from common import quiet, same_outputs
+from torch.export import Dim
+
+import tensorplan as tp
+from tensorplan import zoo
+from tensorplan.example import Example
+from tensorplan.spec import canonical
+from tensorplan.symbolic import with_symbolic
+
+PARTS = (8, 4, 2, 1)   # each dim at 1/N of its upper bound (at least its lower bound)
+TARGET_RATIO = 1.05    # arena(size) / lower bound(size), at every size
+DEFAULT_RUNS = 10
+
+
+def _llama_dynamic() -> Example:
+    example = zoo.example("hf_llama")
+    return Example(example.model, (example.args[0][:, :16],),
+                   dynamic_shapes=({1: Dim("seq", min=2, max=example.args[0].shape[1])},))
+
+
+def _batch_dynamic(name: str, batch: int) -> Callable[[], Example]:
+    def build() -> Example:
+        example = zoo.example(name)
+        x = example.args[0]
+        return Example(example.model, (torch.cat([x] * 2)[:2],),
+                       dynamic_shapes=({0: Dim("batch", min=1, max=batch)},))
+    return build
+
+
+MODELS: dict[str, Callable[[], Example]] = {
+    "tiny_gpt": lambda: zoo.example("tiny_gpt"),
+    "hf_gpt2_dynamic": lambda: zoo.example("hf_gpt2_dynamic"),
+    "hf_bert_dynamic": lambda: zoo.example("hf_bert_dynamic"),
+    "hf_bert_batch_dynamic": lambda: zoo.example("hf_bert_batch_dynamic"),
+    "hf_llama (dynamic seq)": _llama_dynamic,
+    "convnet (dynamic batch)": _batch_dynamic("convnet", 8),
+    "hf_mobilenet_v2 (dynamic batch)": _batch_dynamic("hf_mobilenet_v2", 4),
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One model at one set of sizes."""
+
+    sizes: dict[str, int]
+    arena: int
+    bound: int
+    equal: bool
+    times: dict[str, float]  # median ms: eager, upper, grow
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    program: tp.Program
+    compile_seconds: float
+    symbolic_seconds: float
+    points: list[Point]
+
+
+def _resized(tensor: torch.Tensor, sizes: dict[int, int]) -> torch.Tensor:
+    """``tensor`` with dim ``d`` made ``sizes[d]`` long: tiled, then cut (token ids and masks
+    stay valid; the memory format is kept)."""
+    for dim, size in sizes.items():
+        repeats = -(-size // tensor.shape[dim])
+        tensor = torch.cat([tensor] * repeats, dim).narrow(dim, 0, size)
+    if tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last):
+        return tensor.contiguous(memory_format=torch.channels_last)
+    return tensor.contiguous()
+
+
+def inputs_at(program: tp.Program, example: Example, sizes: dict[str, int]) -> tuple:
+    """The example inputs resized to ``sizes`` (by Dim name) along their dynamic dims."""
+    names = {d.symbol: d.name for d in program.plan.symbolic.dims}
+    inputs = []
+    for name, arg in zip(program.roles.user_inputs, example.args, strict=True):
+        spec = program.specs.spec_of(name)
+        dims = {i: sizes[names[str(canonical(s))]] for i, s in enumerate(spec.sym_shape)
+                if str(canonical(s)) in names}
+        keep_last = arg.is_contiguous(memory_format=torch.channels_last) and arg.dim() == 4
+        resized = _resized(arg, dims)
+        inputs.append(resized.contiguous(memory_format=torch.channels_last) if keep_last
+                      else resized)
+    return tuple(inputs)
+
+
+def _sweep(program: tp.Program) -> list[dict[str, int]]:
+    """Every dim at 1/8, 1/4, 1/2 and all of its upper bound (at least its lower bound),
+    each set of sizes once."""
+    found = []
+    for part in PARTS:
+        sizes = {d.name: max(d.lower, d.upper // part) for d in program.plan.symbolic.dims}
+        if sizes not in found:
+            found.append(sizes)
+    return found
+
+
+def _point(program: tp.Program, example: Example, sizes: dict[str, int], runs: int) -> Point:
+    """One model at one set of sizes: the arena and bound there, its runs against eager."""
+    args = inputs_at(program, example, sizes)
+    grown, upper = program.runner(arena="grow"), program.runner(arena="upper")
+    with torch.no_grad():
+        expected = example.model(*args)
+    equal = same_outputs(expected, upper.run(*args)) and same_outputs(expected, grown.run(*args))
+    times = common.medians({"eager": lambda: example.model(*args),
+                            "upper": lambda: upper.run(*args),
+                            "grow": lambda: grown.run(*args)}, runs)
+    assert grown.arena.nbytes == program.plan.arena_bytes_at(**sizes)
+    return Point(sizes, program.plan.arena_bytes_at(**sizes), program.plan.lower_bound_at(**sizes),
+                 equal, times)
+
+
+def measure(name: str, build: Callable[[], Example], runs: int) -> Row:
+    """Compile one model, time its symbolic stage, and measure it at each size."""
+    example = build()
+    with quiet():
+        start = time.perf_counter()
+        program = tp.compile(example.model, example.args, example.kwargs,
+                             dynamic_shapes=example.dynamic_shapes)
+        compile_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        with_symbolic(dataclasses.replace(program.plan, symbolic=None),
+                      program.exported_program, program.specs, program.alias, program.roles)
+        symbolic_seconds = time.perf_counter() - start
+    points = [_point(program, example, sizes, runs) for sizes in _sweep(program)]
+    return Row(name, program, compile_seconds, symbolic_seconds, points)
+
+
+def table(rows: Sequence[Row]) -> str:
+    header = ["model", "sizes", "symbolic arena", "lower bound there", "arena / bound",
+              "today's arena (upper bounds)", "arena / today's", "equal eager",
+              "eager ms", "run / eager: upper, grow"]
+    lines = []
+    for row in rows:
+        upper = row.program.plan.arena_bytes
+        for p in row.points:
+            sizes = ", ".join(f"{d}={v}" for d, v in sorted(p.sizes.items()))
+            t = p.times
+            lines.append([row.name, sizes, f"{p.arena:,}", f"{p.bound:,}",
+                          f"{p.arena / p.bound:.3f}", f"{upper:,}", f"{p.arena / upper:.2f}x",
+                          "yes" if p.equal else "NO", f"{t['eager']:.2f}",
+                          f"{t['upper'] / t['eager']:.2f}x, {t['grow'] / t['eager']:.2f}x"])
+    return common.markdown(header, lines)
+
+
+def compile_table(rows: Sequence[Row]) -> str:
+    lines = [[r.name, ", ".join(f"{d.name} in [{d.lower}, {d.upper}]"
+                                for d in r.program.plan.symbolic.dims),
+              str(len(r.program.plan.storages)), str(len(r.program.plan.symbolic.held)),
+              f"{r.compile_seconds:.1f}", f"{r.symbolic_seconds:.2f}"] for r in rows]
+    return common.markdown(["model", "dims", "storages", "held at their bound",
+                            "compile s", "of which symbolic s"], lines)
+
+
+def report(rows: Sequence[Row], runs: int) -> str:
+    points = [(r, p) for r in rows for p in r.points]
+    worst = max(p.arena / p.bound for _, p in points)
+    at_upper = all(r.points[-1].arena <= r.program.plan.arena_bytes for r in rows)
+    equal = all(p.equal for _, p in points)
+    upper_faster = sum(p.times["upper"] < p.times["grow"] for _, p in points)
+    return "".join([
+        f"**Summary**: over {len(rows)} dynamic models and {len(points)} sizes, the symbolic "
+        f"arena is at most {worst:.3f}x the lower bound at its size (target <= "
+        f"{TARGET_RATIO}: {'met' if worst <= TARGET_RATIO else 'MISSED'}); at the upper "
+        f"bounds it equals today's plan or is smaller: {'yes' if at_upper else 'NO'}; every "
+        f"run equals eager: {'yes' if equal else 'NO'}. The grown arena (the default runner) "
+        f"ran as fast as or faster than the one at the bounds at {len(points) - upper_faster} "
+        f"of {len(points)} sizes.\n\n",
+        __doc__.split("\n\n", 2)[2].replace("\n", " ").strip(),
+        f" Medians over {runs} calls.\n\n", table(rows), "\n\n", compile_table(rows), "\n"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="also write the markdown table to this file")
+    parser.add_argument("--models", help="comma-separated names (default: all)")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    options = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(1)
+    names = options.models.split(",") if options.models else list(MODELS)
+    rows = []
+    for name in names:
+        rows.append(measure(name, MODELS[name], options.runs))
+        print(f"{name}: done", file=sys.stderr, flush=True)
+    common.emit(report(rows, options.runs), options.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -134,16 +134,15 @@ class Runner:
     def _static_bindings(self) -> dict:
         """Any valid bindings: state storages do not depend on input sizes (a growing arena
         is grown to hold them)."""
-        lowest = {d.symbol: d.lower for d in self.plan.symbolic.dims} if self.plan.symbolic \
-            else {}
-        bindings = {s: lowest.get(str(s), int(self.shape_env.bound_sympy(s).lower))
-                    for s in self.facts.backed}
+        bindings = {s: int(self.shape_env.bound_sympy(s).lower) for s in self.facts.backed}
         if self.grows:
             self._fit(bindings)
         return bindings
 
     @torch.no_grad()
     def _initial_state(self) -> None:
+        if not self.state_slots:
+            return
         bindings = self._static_bindings()  # first: it may grow the arena and lower anew
         frame = self.graph.frame(bindings)
         tables = {**self.program.state_dict, **self.program.constants}

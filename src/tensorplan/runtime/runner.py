@@ -69,7 +69,7 @@ class Runner:
                  order: Sequence[str] | None = None, arena: str = "grow") -> None:
         """``arena``: "grow" (the default) starts at the smallest sizes' arena and grows it
         to what the largest sizes run so far need, keeping the state: it measured as fast as
-        or faster than "upper" at 22 of 28 sizes (``bench_symbolic.py``: a smaller arena is
+        or faster than "upper" at 21 of 27 sizes (``bench_symbolic.py``: a smaller arena is
         warmer in cache), and a growth costs one lowering more (about 4 ms on GPT-2) beside
         the frame any new size builds; "upper" allocates the arena at the dims' upper bounds
         once. A static plan has one size: both are the same."""

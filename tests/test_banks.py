@@ -287,3 +287,21 @@ def test_the_picture_labels_each_bank(tmp_path) -> None:
     plot_timeline(prog, tmp_path / "hot.svg", "hot")
     svg = (tmp_path / "hot.svg").read_text()
     assert "bank sram: 16.1 KiB of 16.1 KiB" in svg and "bank dram: 24.0 KiB" in svg
+
+
+def test_a_value_read_early_is_spilled_so_that_a_busier_one_gets_the_fast_bank() -> None:
+    from tensorplan.bank_moves import plan_moves
+    from tensorplan.banks import Item, Move
+
+    banks = (tp.Bank("sram", KIB, 1.0), tp.Bank("dram", None, 40.0))
+    early = tuple([(0, KIB)] + [(1 + i % 3, KIB) for i in range(10)] + [(9, KIB)])
+    a = Item("a", KIB, 0, 10, 12 * KIB, accesses=early)
+    b = Item("b", KIB, 5, 9, 11 * KIB)
+    chosen = plan_moves([a, b], banks, 10, [f"s{i}" for i in range(10)], {}, (0, 0), 10.0)
+    assert chosen.moves == (Move("a", 4, 0, 1),)  # copied to dram right after its last early read
+    assert chosen.bank_of == {"a": 0, "b": 0}
+    # a: written and read ten times in sram, copied (read 1 + written 40), read once at 40
+    assert chosen.cost == 11 * KIB + 41 * KIB + 40 * KIB + 11 * KIB == chosen.cost_bound
+    whole = plan_moves([dataclasses.replace(a, accesses=()), b], banks, 10,
+                       [f"s{i}" for i in range(10)], {}, (0, 0), 10.0)
+    assert whole.moves == () and whole.cost == 12 * KIB + 11 * KIB * 40

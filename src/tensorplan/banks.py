@@ -15,7 +15,8 @@ then planned as its own arena (``plan.py``). The choice is an optimisation:
   its capacity (fragmentation: the planners reach the live-bytes bound almost always) is solved
   again with the capacity lowered by the excess.
 
-Each plan says how far it is from the best possible: HiGHS's proven dual bound on that integer
+``bank_moves.py`` adds to the same program the option of copying a value once to another bank
+(the ``.pte`` path inserts those copies). Each plan says how far it is from the best possible: HiGHS's proven dual bound on that integer
 program (at least as tight as its fractional relaxation, where a storage may be split between
 banks, which the search starts from; equal to the solution when it is proven optimal) bounds
 the cost of every assignment that fits, since an assignment fits only if its live bytes do;
@@ -75,6 +76,19 @@ class Item:
     end: int           # first top-level step no longer live
     traffic: int       # bytes written plus bytes read
     pinned: int | None = None  # bank index, when pinned
+    accesses: tuple[tuple[int, int], ...] = ()  # (step, bytes) of each access, when the
+    #                                             item may be copied to another bank once
+
+
+@dataclass(frozen=True)
+class Move:
+    """An item copied once from one bank to another: accesses before step ``at`` use
+    ``source``, the copy runs right before ``at``, accesses from ``at`` on use ``target``."""
+
+    key: int | str
+    at: int
+    source: int
+    target: int
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,7 @@ class Assignment:
     cost_bound: float                 # no assignment that fits costs less (proven)
     served_bound: int                 # no assignment serves more traffic outside the last
     #                                   bank (proven)
+    moves: tuple[Move, ...] = ()      # items copied once to another bank (bank_moves.py)
 
 
 @dataclass(frozen=True)
@@ -294,64 +309,86 @@ def _check_steps(load: Sequence[int], capacity: int | None, step_names: Sequence
 
 
 @dataclass(frozen=True)
-class _Solved:
-    """One solve: the bank shares found (None: none found) and the proven bound on the
-    objective (HiGHS's dual bound: no assignment does better)."""
+class Option:
+    """One way to hold an item: the pieces ``(bank, first step, end step)`` it takes room in,
+    its cost, the traffic it serves outside the last bank, and its copy (None: one bank)."""
 
-    shares: list[list[float]] | None  # x[i][k]: the share of item i in bank k
+    item: int                                # index of the item
+    size: int                                # its aligned bytes
+    pieces: tuple[tuple[int, int, int], ...]
+    cost: float
+    served: float
+    move: Move | None = None
+
+
+def whole_options(index: int, item: Item, banks: Sequence[Bank]) -> list[Option]:
+    """The item held in one bank for its whole life: one option per bank it may use."""
+    last = len(banks) - 1
+    allowed = range(len(banks)) if item.pinned is None else (item.pinned,)
+    return [Option(index, item.size, ((j, item.start, item.end),), item.traffic * banks[j].cost,
+                   float(item.traffic) if j < last else 0.0) for j in allowed]
+
+
+@dataclass(frozen=True)
+class Solved:
+    """One solve: the option chosen per item (None: none found) and the proven bound on the
+    objective (HiGHS's dual bound: no choice among the options does better)."""
+
+    chosen: list[Option] | None
     bound: float
-    infeasible: bool = False  # proven: no assignment meets the capacities
+    infeasible: bool = False  # proven: no choice meets the capacities
 
 
-def _milp(all_items: Sequence[Item], banks: Sequence[Bank], capacities: Sequence[int | None],
-          objective: str, time_limit: float) -> _Solved:
-    """The assignment minimising cost (or maximising the traffic outside the last bank, as a
-    negative), subject to the bounded banks' capacities at every step a storage starts."""
+def solve_options(n: int, options: Sequence[Option], banks: Sequence[Bank],
+                  capacities: Sequence[int | None], objective: str,
+                  time_limit: float) -> Solved:
+    """One option per item minimising cost (or maximising the traffic served outside the last
+    bank, as a negative), subject to every bounded bank's live bytes within its capacity at
+    every step one of its pieces starts (the live bytes only grow there)."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
-    n, k = len(all_items), len(banks)
     if n == 0:
-        return _Solved([], 0.0)
-    if objective == "cost":
-        c = np.array([it.traffic * b.cost for it in all_items for b in banks], dtype=float)
-    else:
-        c = np.array([-it.traffic * (j < k - 1) for it in all_items for j in range(k)],
-                     dtype=float)
-    lower, upper = np.zeros(n * k), np.ones(n * k)
-    for i, it in enumerate(all_items):
-        if it.pinned is not None:
-            lower[i * k + it.pinned] = 1.0
-            upper[[i * k + j for j in range(k) if j != it.pinned]] = 0.0
-    starts = sorted({it.start for it in all_items})
-    bounded = [j for j in range(k) if capacities[j] is not None]
-    # one row per item (its shares sum to 1), then one per bounded bank and start step
-    row = [i for _ in range(k) for i in range(n)]
-    col = [i * k + j for j in range(k) for i in range(n)]
-    val = [1.0] * (n * k)
-    for b, j in enumerate(bounded):
-        for i, it in enumerate(all_items):
-            first, last = bisect_left(starts, it.start), bisect_left(starts, it.end)
-            row += [n + b * len(starts) + s for s in range(first, last)]
-            col += [i * k + j] * (last - first)
-            val += [float(it.size)] * (last - first)
-    shape = (n + len(bounded) * len(starts), n * k)
-    rows = coo_matrix((val, (row, col)), shape=shape)
-    row_upper = [float(capacities[j]) for j in bounded for _ in starts]
+        return Solved([], 0.0)
+    m = len(options)
+    c = np.array([o.cost if objective == "cost" else -o.served for o in options], dtype=float)
+    starts = {j: sorted({s for o in options for b, s, _ in o.pieces if b == j})
+              for j, cap in enumerate(capacities) if cap is not None}
+    first_row = {}
+    rows_used = n
+    for j, points in starts.items():
+        first_row[j] = rows_used
+        rows_used += len(points)
+    # one row per item (one option each), then one per bounded bank and start step
+    row, col, val = [o.item for o in options], list(range(m)), [1.0] * m
+    for i, option in enumerate(options):
+        for j, start, end in option.pieces:
+            if j not in starts:
+                continue
+            first, last = bisect_left(starts[j], start), bisect_left(starts[j], end)
+            row += [first_row[j] + s for s in range(first, last)]
+            col += [i] * (last - first)
+            val += [float(option.size)] * (last - first)
+    rows = coo_matrix((val, (row, col)), shape=(rows_used, m))
+    row_upper = [float(capacities[j]) for j, points in starts.items() for _ in points]
     lo = np.concatenate([np.ones(n), np.full(len(row_upper), -np.inf)])
     hi = np.concatenate([np.ones(n), np.array(row_upper)])
     result = milp(c, constraints=LinearConstraint(rows.tocsr(), lo, hi),
-                  integrality=np.ones(n * k), bounds=Bounds(lower, upper),
+                  integrality=np.ones(m), bounds=Bounds(np.zeros(m), np.ones(m)),
                   options={"time_limit": time_limit, "disp": False})
     if result.status == 2:  # proven infeasible
-        return _Solved(None, math.inf, True)
+        return Solved(None, math.inf, True)
     bound = getattr(result, "mip_dual_bound", None)
     bound = float(result.fun if bound is None or math.isnan(bound) else bound) \
         if result.x is not None else -math.inf
-    shares = None if result.x is None else \
-        [[float(result.x[i * k + j]) for j in range(k)] for i in range(n)]
-    return _Solved(shares, bound)
+    if result.x is None:
+        return Solved(None, bound)
+    best: dict[int, tuple[float, Option]] = {}
+    for option, x in zip(options, result.x, strict=True):
+        if option.item not in best or x > best[option.item][0]:
+            best[option.item] = (float(x), option)
+    return Solved([best[i][1] for i in range(n)], bound)
 
 
 def assign(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
@@ -366,36 +403,49 @@ def assign(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
     Raises ``PlanError`` naming the step and the bytes when no assignment can fit.
     """
     check_capacity(all_items, banks, steps, step_names, constants_in)
-    capacities = [None if b.capacity is None else b.capacity - constants_in[i]
-                  for i, b in enumerate(banks)]
+    capacities = usable_capacities(banks, constants_in)
     fixed = sum(constant_reads.get(i, 0) * b.cost for i, b in enumerate(banks))
-    first = _milp(all_items, banks, capacities, "cost", time_limit)
-    if first.shares is None:
-        why = "proven: the live bytes cannot be split among the banks at some step" \
-            if first.infeasible else f"none found in {time_limit:g} s"
-        raise PlanError(f"banks: no assignment of the {len(all_items)} storages fits the "
-                        f"capacities {[(b.name, b.capacity) for b in banks]} ({why}); give "
-                        "the banks more capacity")
+    options = [o for i, it in enumerate(all_items) for o in whole_options(i, it, banks)]
+    first = solve_options(len(all_items), options, banks, capacities, "cost", time_limit)
+    found_assignment(first, all_items, banks, time_limit)
     cost_bound = fixed + first.bound
-    served_bound = int(-_milp(all_items, banks, capacities, "served", time_limit).bound)
+    served_bound = int(-solve_options(len(all_items), options, banks, capacities, "served",
+                                      time_limit).bound)
     solved = first
     for _ in range(MAX_RESOLVES):
-        if solved.shares is None:
+        if solved.chosen is None:
             break
-        bank_of = {it.key: max(range(len(banks)), key=row.__getitem__)
-                   for it, row in zip(all_items, solved.shares, strict=True)}
+        bank_of = {it.key: o.pieces[0][0] for it, o in zip(all_items, solved.chosen, strict=True)}
         over = _overflows(all_items, banks, capacities, bank_of, arena_of)
         if not over:
-            cost = fixed + sum(it.traffic * banks[bank_of[it.key]].cost for it in all_items)
+            cost = fixed + sum(o.cost for o in solved.chosen)
             return Assignment(bank_of, cost, min(cost_bound, cost), served_bound)
         for j, excess in over.items():
             capacities[j] -= excess
-        solved = _milp(all_items, banks, capacities, "cost", time_limit)
+        solved = solve_options(len(all_items), options, banks, capacities, "cost", time_limit)
     raise PlanError(f"banks: no assignment of the {len(all_items)} storages found whose "
                     "planned arenas fit the capacities "
                     f"{[(b.name, b.capacity) for b in banks]} (the live bytes fit, the "
                     "packing does not); give the fast banks a little more capacity, or add an "
                     "unbounded bank — please report this with the program")
+
+
+def usable_capacities(banks: Sequence[Bank], constants_in: Sequence[int]) -> list[int | None]:
+    """Each bank's room for the arena: its capacity less the constants it holds (None:
+    unbounded)."""
+    return [None if b.capacity is None else b.capacity - constants_in[i]
+            for i, b in enumerate(banks)]
+
+
+def found_assignment(solved: Solved, all_items: Sequence[Item], banks: Sequence[Bank],
+           time_limit: float) -> None:
+    """Raise ``PlanError`` when a solve found no assignment (and say whether none exists)."""
+    if solved.chosen is None:
+        why = "proven: the live bytes cannot be split among the banks at some step" \
+            if solved.infeasible else f"none found in {time_limit:g} s"
+        raise PlanError(f"banks: no assignment of the {len(all_items)} storages fits the "
+                        f"capacities {[(b.name, b.capacity) for b in banks]} ({why}); give "
+                        "the banks more capacity")
 
 
 def _overflows(all_items: Sequence[Item], banks: Sequence[Bank],

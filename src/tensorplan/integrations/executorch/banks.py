@@ -34,18 +34,23 @@ class BankSetup:
     banks: tuple[Bank, ...]
     pins: Mapping[str, str] = field(default_factory=dict)  # node name -> bank name
     time_limit: float = 10.0
+    moves: bool = True                  # values may be copied once to another bank
     top: Any = None                     # the graph module being planned at the top level
+    spec_pins: dict[int, int] = field(default_factory=dict)  # id(spec) -> bank index, set
+    #                                    where copies were chosen (moves.py)
+    moves_bound: float = math.inf       # the bound of the choice with copies (moves.py)
     cost: float = 0.0                   # traffic x cost of the assignment made
     cost_bound: float = 0.0             # the proven bound on it
 
     @staticmethod
     def of(banks: Sequence[Bank], pins: Mapping[str, str] | None = None,
-           time_limit: float | None = None) -> BankSetup:
+           time_limit: float | None = None, moves: bool = True) -> BankSetup:
         """The setup, its banks checked (``InputError`` as ``compile(banks=...)`` raises)."""
         checked = check_banks(banks)
         for value, name in (pins or {}).items():
             bank_index(checked, name, f"the pin of {value!r}")
-        return BankSetup(checked, dict(pins or {}), 10.0 if time_limit is None else time_limit)
+        return BankSetup(checked, dict(pins or {}), 10.0 if time_limit is None else time_limit,
+                         moves)
 
     @property
     def slowest(self) -> int:
@@ -94,36 +99,44 @@ def _view_bases(graph_module: torch.fx.GraphModule) -> dict[int, Any]:
     return bases
 
 
-def spec_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
-    """Bytes moved per planned storage (``id`` of its base spec) in one graph: each op node
-    writes its output specs and reads every tensor argument that is not an ``alloc`` (the
-    ``out`` it writes into), a view read through its base; a graph input is also written once,
-    when it is copied in. A ``memory.view`` moves nothing."""
-    moved: dict[int, int] = {}
+def spec_accesses(graph_module: torch.fx.GraphModule) -> dict[int, list[tuple[int, int]]]:
+    """The accesses of each planned storage (``id`` of its base spec) in one graph, as
+    ``(node index, bytes)``: each op node writes its output specs and reads every tensor
+    argument that is not an ``alloc`` (the ``out`` it writes into), a view read through its
+    base; a graph input is also written once, when it is copied in. A ``memory.view`` moves
+    nothing."""
+    found: dict[int, list[tuple[int, int]]] = {}
     views = _view_bases(graph_module)
 
-    def add(spec: Any, nbytes: int) -> None:
+    def add(spec: Any, index: int) -> None:
         if getattr(spec, "const", False):
             return
         base = _base(spec)
         key = id(views.get(id(base), base))
-        moved[key] = moved.get(key, 0) + nbytes
+        found.setdefault(key, []).append((index, _nbytes(spec)))
 
-    for node in graph_module.graph.nodes:
+    for index, node in enumerate(graph_module.graph.nodes):
         if node.op == "placeholder":
             for spec in _specs(node.meta.get("spec")):
-                add(spec, _nbytes(spec))
+                add(spec, index)
             continue
         if node.op != "call_function" or _is_alloc(node) or _is_memory_view(node) or \
                 getattr(node.target, "__name__", "") == "getitem":
             continue
         for spec in _specs(node.meta.get("spec")):
-            add(spec, _nbytes(spec))
+            add(spec, index)
         for arg in node.all_input_nodes:
             if not _is_alloc(arg):
                 for spec in _specs(arg.meta.get("spec")):
-                    add(spec, _nbytes(spec))
-    return moved
+                    add(spec, index)
+    return found
+
+
+def spec_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
+    """Bytes moved per planned storage (``id`` of its base spec) in one graph: the sum of
+    its :func:`spec_accesses`."""
+    return {key: sum(nbytes for _, nbytes in accesses)
+            for key, accesses in spec_accesses(graph_module).items()}
 
 
 def mem_id_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
@@ -146,14 +159,13 @@ def mem_id_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
     return totals
 
 
-def choose_banks(setup: BankSetup, specs: Sequence[Any], graph_module: torch.fx.GraphModule,
-                 reserved: Sequence[int], arena_of: Callable[[Sequence[Any]], int]
-                 ) -> tuple[dict[int, int], Assignment]:
-    """The ``mem_id`` ``banks.assign`` chooses for every spec of the top-level graph without
-    one (``id`` of the spec -> ``mem_id``), and the assignment; nothing is written.
-    ``arena_of(specs)`` plans one bank's specs and returns its bytes; ``reserved``: the
-    control-flow prefix of each ``mem_id``, taken from that bank's room."""
-    moved = spec_traffic(graph_module)
+def bank_items(setup: BankSetup, free: Sequence[Any], graph_module: torch.fx.GraphModule,
+               movable: Iterable[int] = ()) -> list[Item]:
+    """The items ``banks.assign`` is given for the top-level graph's ``free`` specs (lifetimes
+    set): item ``i`` is ``free[i]``, pinned where ``setup`` pins it (a node's name, or a spec
+    a copy was chosen for); the specs whose ``id`` is in ``movable`` carry their accesses.
+    Raises ``InputError`` for a pin naming no node of the graph."""
+    accesses = spec_accesses(graph_module)
     nodes = {node.name for node in graph_module.graph.nodes}
     missing = sorted(set(setup.pins) - nodes)
     if missing:
@@ -164,14 +176,32 @@ def choose_banks(setup: BankSetup, specs: Sequence[Any], graph_module: torch.fx.
     pinned = {id(_base(s)): bank_index(setup.banks, setup.pins[node.name], "a pin")
               for node in graph_module.graph.nodes if node.name in setup.pins
               for s in _specs(node.meta.get("spec"))}
-    free = [s for s in specs if s.mem_id is None]
-    found = [Item(i, spec.allocated_memory, spec.lifetime[0], spec.lifetime[1] + 1,
-                  moved.get(id(spec), 0), pinned.get(id(spec)))
-             for i, spec in enumerate(free)]
-    held = tuple(reserved[k + 1] if k + 1 < len(reserved) else 0
+    pinned.update(setup.spec_pins)
+    movable = set(movable)
+    return [Item(i, spec.allocated_memory, spec.lifetime[0], spec.lifetime[1] + 1,
+                 sum(n for _, n in accesses.get(id(spec), ())), pinned.get(id(spec)),
+                 tuple(accesses.get(id(spec), ())) if id(spec) in movable else ())
+            for i, spec in enumerate(free)]
+
+
+def held_bytes(setup: BankSetup, reserved: Sequence[int]) -> tuple[int, ...]:
+    """Each bank's bytes taken by the control-flow prefix (``reserved``, by ``mem_id``)."""
+    return tuple(reserved[k + 1] if k + 1 < len(reserved) else 0
                  for k in range(len(setup.banks)))
+
+
+def choose_banks(setup: BankSetup, specs: Sequence[Any], graph_module: torch.fx.GraphModule,
+                 reserved: Sequence[int], arena_of: Callable[[Sequence[Any]], int]
+                 ) -> tuple[dict[int, int], Assignment]:
+    """The ``mem_id`` ``banks.assign`` chooses for every spec of the top-level graph without
+    one (``id`` of the spec -> ``mem_id``), and the assignment; nothing is written.
+    ``arena_of(specs)`` plans one bank's specs and returns its bytes; ``reserved``: the
+    control-flow prefix of each ``mem_id``, taken from that bank's room."""
+    free = [s for s in specs if s.mem_id is None]
+    found = bank_items(setup, free, graph_module)
     steps = max((it.end for it in found), default=0)
-    chosen = assign(found, setup.banks, steps, _step_names(graph_module, steps), {}, held,
+    chosen = assign(found, setup.banks, steps, step_names(graph_module, steps), {},
+                    held_bytes(setup, reserved),
                     lambda items: arena_of([free[it.key] for it in items]), setup.time_limit)
     return {id(free[it.key]): chosen.bank_of[it.key] + 1 for it in found}, chosen
 
@@ -183,10 +213,11 @@ def assign_mem_ids(setup: BankSetup, specs: Sequence[Any], graph_module: torch.f
     for spec in specs:
         if id(spec) in mem_ids:
             spec.mem_id = mem_ids[id(spec)]
-    setup.cost, setup.cost_bound = chosen.cost, chosen.cost_bound
+    setup.cost = chosen.cost
+    setup.cost_bound = min(chosen.cost_bound, setup.moves_bound)
 
 
-def _step_names(graph_module: torch.fx.GraphModule, steps: int) -> list[str]:
+def step_names(graph_module: torch.fx.GraphModule, steps: int) -> list[str]:
     names = [node.name for node in graph_module.graph.nodes]
     return (names + ["(end)"] * steps)[:max(steps, len(names))]
 

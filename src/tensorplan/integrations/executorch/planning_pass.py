@@ -19,6 +19,7 @@ each method's graph:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ from . import kernels
 from .algo import tensorplan_memory_planning
 from .banks import BankSetup, bank_arenas
 from .links import Link, LinkRules, apply_links, find_links
+from .moves import Copy, plan_copies, undo_copies
 from .order import apply_order, candidate_orders
 
 
@@ -111,14 +113,18 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         _restore(original)
         apply_links(best.links)
         sub_links = self._subgraph_links(graph_module, graph_signature)
+        copies = self._copies(graph_module, graph_signature)
         _reset_lifetimes(graph_module)
-        if self.options.banks is not None:
-            self.options.banks.top = graph_module
-        bufsizes = apply_algo(
-            self.memory_planning_algo, graph_module, self.alignment, graph_signature,
-            self.alloc_graph_input, self.alloc_graph_output,
-            self.alloc_mutable_buffers and not self.share_mutable_buffers,
-            self.enable_non_cpu_memory_planning)
+        given = {spec: spec.mem_id for module in graph_module.modules()
+                 if isinstance(module, torch.fx.GraphModule) for spec in _all_specs(module)}
+        try:
+            bufsizes = self._apply_algo(graph_module, graph_signature)
+        except PlanError:
+            if not copies:
+                raise
+            self._without_copies(graph_module, copies, given)
+            copies = []
+            bufsizes = self._apply_algo(graph_module, graph_signature)
         if self.share_mutable_buffers and graph_signature is not None:
             self.state.graph_modules.append(graph_module)
             _check_default_mem_ids(graph_module)
@@ -136,6 +142,48 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             peak_values=_peak_values(graph_module, graph_signature),
             **self._bank_figures(bufsizes)))
         return PassResult(graph_module, True)
+
+    def _apply_algo(self, graph_module: torch.fx.GraphModule, graph_signature: Any) -> list[int]:
+        """ExecuTorch's ``apply_algo`` with this pass's algorithm and options: plans every
+        graph (subgraphs first) and writes the specs' ``mem_id`` and offsets."""
+        if self.options.banks is not None:
+            self.options.banks.top = graph_module
+        return apply_algo(
+            self.memory_planning_algo, graph_module, self.alignment, graph_signature,
+            self.alloc_graph_input, self.alloc_graph_output,
+            self.alloc_mutable_buffers and not self.share_mutable_buffers,
+            self.enable_non_cpu_memory_planning)
+
+    def _copies(self, graph_module: torch.fx.GraphModule, graph_signature: Any) -> list[Copy]:
+        """With banks (and copies allowed): the copies between banks ``moves.plan_copies``
+        chooses, inserted into the graph (none without banks, or in a graph with control
+        flow, whose subgraphs' room in the banks is known only once they are planned)."""
+        setup = self.options.banks
+        subgraphs = any(m is not graph_module and isinstance(m, torch.fx.GraphModule)
+                        for m in graph_module.modules())
+        if setup is None or not setup.moves or subgraphs:
+            return []
+        update_all_tensors_lifetime(graph_module, graph_signature)
+        specs = [s for s in _planned_specs(graph_module, graph_signature, self.alloc_graph_input,
+                                           self.alloc_graph_output, self.alloc_mutable_buffers)
+                 if not s.const]
+        for spec in specs:
+            spec.realign(self.alignment)
+        made, _ = plan_copies(setup, graph_module, specs)
+        _reset_lifetimes(graph_module)
+        return made
+
+    def _without_copies(self, graph_module: torch.fx.GraphModule, copies: list[Copy],
+                        given: Mapping[Any, Any]) -> None:
+        """The graph as it was before ``copies``, the specs' ``mem_id`` as ``given``, the
+        copies' pins dropped: for a plan of the banks without copies (the plan with them did
+        not fit once packed)."""
+        undo_copies(graph_module, copies)
+        self.options.banks.spec_pins.clear()
+        self.options.banks.moves_bound = math.inf
+        for spec, mem_id in given.items():
+            spec.mem_id = mem_id
+        _reset_lifetimes(graph_module)
 
     def _bank_figures(self, bufsizes: list[int]) -> dict[str, Any]:
         """The method's bank arenas and traffic cost (none without banks)."""

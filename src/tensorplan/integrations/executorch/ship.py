@@ -57,6 +57,7 @@ class Shipped:
 
 def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
                   fold: bool = True, algorithm: str = "auto", banks: Sequence[Bank] | None = None,
+                  moves: bool = True,
                   pin: Mapping[str, str] | None = None) -> Any:
     """An ``ExecutorchProgramManager`` whose memory plan is tensorplan's.
 
@@ -72,18 +73,20 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     ``banks`` (``tp.Bank``, fastest first): each bank its own ``mem_id`` (1, 2, ...), every
     planned tensor in the bank that makes its traffic cheapest within the capacities
     (``banks.py``); ``pin`` keeps a node of the ExecuTorch graph (a placeholder: an input or
-    buffer name) in a bank.
+    buffer name) in a bank; ``moves``: a value may be copied once to another bank where that
+    costs less (a spill or a prefetch, ``moves.py``).
     ``.buffer`` of the result is the ``.pte``. Raises ``TensorPlanError`` when executorch is
     not installed.
     """
     return lower(program, config, reuse=reuse, reorder=reorder, fold=fold,
-                 algorithm=algorithm, banks=banks, pin=pin).manager
+                 algorithm=algorithm, banks=banks, pin=pin, moves=moves).manager
 
 
 def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
           fold: bool = True, algorithm: str = "auto",
           kernels: Mapping[str, frozenset[str]] | None = None,
-          banks: Sequence[Bank] | None = None, pin: Mapping[str, str] | None = None) -> Shipped:
+          banks: Sequence[Bank] | None = None, pin: Mapping[str, str] | None = None,
+          moves: bool = True) -> Shipped:
     """:func:`to_executorch`, returning the manager with its figures (see :class:`Shipped`).
 
     ``kernels`` replaces the measured table of ``kernels.py`` (op key -> the arguments its
@@ -95,7 +98,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     edge = copy.deepcopy(_edge_program(program))
     with torch.no_grad():
         linears = sum(linear_without_transposes(edge.exported_program(m)) for m in edge.methods)
-    setup = None if banks is None else BankSetup.of(banks, pin)
+    setup = None if banks is None else BankSetup.of(banks, pin, moves=moves)
     options = PassOptions(reuse=reuse, reorder=reorder, algorithm=algorithm,
                           overlap_safe=kernels, banks=setup)
     base = _base_config(config)

@@ -100,7 +100,7 @@ def test_a_copy_between_banks_lowers_the_cost_and_runs_equal_to_eager() -> None:
     exported = torch.export.export(Early(), args)
     banks = [tp.Bank("sram", 12 * KIB + 64, 1.0), tp.Bank("dram", None, 40.0)]
     one_bank_each = lower(exported, fold=False, reuse=False, banks=banks, moves=False)
-    copied = lower(exported, fold=False, reuse=False, banks=banks)
+    copied = lower(exported, fold=False, reuse=False, banks=banks, moves=True)
     graph = copied.manager.exported_program().graph_module.graph
     copies = [n for n in graph.nodes if n.op == "call_function"
               and n.target.__name__ == "_to_dim_order_copy.out"]

@@ -16,7 +16,9 @@ then planned as its own arena (``plan.py``). The choice is an optimisation:
   again with the capacity lowered by the excess.
 
 ``bank_moves.py`` adds to the same program the option of copying a value once to another bank
-(the ``.pte`` path inserts those copies). Each plan says how far it is from the best possible: HiGHS's proven dual bound on that integer
+(the ``.pte`` path inserts those copies).
+
+Each plan says how far it is from the best possible: HiGHS's proven dual bound on that integer
 program (at least as tight as its fractional relaxation, where a storage may be split between
 banks, which the search starts from; equal to the solution when it is proven optimal) bounds
 the cost of every assignment that fits, since an assignment fits only if its live bytes do;

@@ -34,7 +34,7 @@ class BankSetup:
     banks: tuple[Bank, ...]
     pins: Mapping[str, str] = field(default_factory=dict)  # node name -> bank name
     time_limit: float = 10.0
-    moves: bool = True                  # values may be copied once to another bank
+    moves: bool = False                 # values may be copied once to another bank
     top: Any = None                     # the graph module being planned at the top level
     spec_pins: dict[int, int] = field(default_factory=dict)  # id(spec) -> bank index, set
     #                                    where copies were chosen (moves.py)
@@ -44,7 +44,7 @@ class BankSetup:
 
     @staticmethod
     def of(banks: Sequence[Bank], pins: Mapping[str, str] | None = None,
-           time_limit: float | None = None, moves: bool = True) -> BankSetup:
+           time_limit: float | None = None, moves: bool = False) -> BankSetup:
         """The setup, its banks checked (``InputError`` as ``compile(banks=...)`` raises)."""
         checked = check_banks(banks)
         for value, name in (pins or {}).items():

@@ -169,7 +169,12 @@ class TensorplanPlanningPass(MemoryPlanningPass):
                  if not s.const]
         for spec in specs:
             spec.realign(self.alignment)
-        made, _ = plan_copies(setup, graph_module, specs)
+        setup.spec_pins.clear()
+        setup.moves_bound = math.inf
+        try:
+            made, _ = plan_copies(setup, graph_module, specs)
+        except PlanError:  # no choice fits: the planning without copies says why
+            made = []
         _reset_lifetimes(graph_module)
         return made
 

@@ -57,7 +57,7 @@ class Shipped:
 
 def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
                   fold: bool = True, algorithm: str = "auto", banks: Sequence[Bank] | None = None,
-                  moves: bool = True,
+                  moves: bool = False,
                   pin: Mapping[str, str] | None = None) -> Any:
     """An ``ExecutorchProgramManager`` whose memory plan is tensorplan's.
 
@@ -74,7 +74,8 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     planned tensor in the bank that makes its traffic cheapest within the capacities
     (``banks.py``); ``pin`` keeps a node of the ExecuTorch graph (a placeholder: an input or
     buffer name) in a bank; ``moves``: a value may be copied once to another bank where that
-    costs less (a spill or a prefetch, ``moves.py``).
+    costs less (a spill or a prefetch, ``moves.py``); off by default: on the zoo's
+    transformers it costs more than no copies today (see issue 19's note).
     ``.buffer`` of the result is the ``.pte``. Raises ``TensorPlanError`` when executorch is
     not installed.
     """
@@ -86,7 +87,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
           fold: bool = True, algorithm: str = "auto",
           kernels: Mapping[str, frozenset[str]] | None = None,
           banks: Sequence[Bank] | None = None, pin: Mapping[str, str] | None = None,
-          moves: bool = True) -> Shipped:
+          moves: bool = False) -> Shipped:
     """:func:`to_executorch`, returning the manager with its figures (see :class:`Shipped`).
 
     ``kernels`` replaces the measured table of ``kernels.py`` (op key -> the arguments its

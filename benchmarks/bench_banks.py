@@ -1,6 +1,6 @@
 """Two memory banks: tensorplan's bank choice in the ``.pte`` vs ExecuTorch's ``banked_greedy``.
 
-Usage: ``python benchmarks/bench_banks.py [--out FILE] [--models a,b]``
+Usage: ``python benchmarks/bench_banks.py [--out FILE] [--models a,b] [--moves]``
 
 Per zoo model, the program is exported once and lowered with one arena (``to_executorch``, no
 folding) to fix the *single arena*. Then, per fast-bank capacity (1/8, 1/4 and 1/2 of it), with
@@ -72,8 +72,9 @@ def _banks(single: int, fraction: int | None) -> tuple[tp.Bank, ...]:
     return (tp.Bank("sram", single // fraction, SRAM_COST), tp.Bank("dram", None, DRAM_COST))
 
 
-def measure(name: str) -> list[Case]:
-    """Every capacity of one model, both planners."""
+def measure(name: str, moves: bool = False) -> list[Case]:
+    """Every capacity of one model, both planners (ours copying values between banks when
+    ``moves``)."""
     from executorch.runtime import Runtime
 
     from tensorplan.integrations.executorch import lower
@@ -91,7 +92,7 @@ def measure(name: str) -> list[Case]:
         ours, failure, bound, equal = None, None, 0.0, False
         try:
             with quiet():
-                shipped = lower(exported, fold=False, banks=banks)
+                shipped = lower(exported, fold=False, banks=banks, moves=moves)
             ours = common.banked_result(shipped.manager, banks)
             bound = shipped.methods["forward"].traffic_cost_bound
             program = Runtime.get().load_program(shipped.manager.buffer)
@@ -169,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the markdown table to this file")
     parser.add_argument("--models", help="comma-separated zoo names (default: the bench's)")
+    parser.add_argument("--moves", action="store_true",
+                        help="let ours copy a value once between banks (to_executorch(moves=True))")
     options = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.disable(logging.WARNING)
@@ -178,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     cases = []
     for name in options.models.split(",") if options.models else MODELS:
-        cases += measure(name)
+        cases += measure(name, options.moves)
         print(f"{name}: done", file=sys.stderr, flush=True)
     common.emit(report(cases), options.out)
     return 0

@@ -25,7 +25,6 @@ import torch
 import torch.fx
 
 from tensorplan.bank_moves import plan_moves
-from tensorplan.banks import Assignment
 
 from .banks import (
     BankSetup,
@@ -70,11 +69,11 @@ def _movable(graph_module: torch.fx.GraphModule, specs: Sequence[Any]) -> dict[i
 
 
 def plan_copies(setup: BankSetup, graph_module: torch.fx.GraphModule,
-                specs: Sequence[Any]) -> tuple[list[Copy], Assignment]:
+                specs: Sequence[Any]) -> list[Copy]:
     """Choose the copies (and the banks they imply) for the top-level graph's ``specs``, whose
-    lifetimes are set, and insert them; the chosen banks are written to ``setup.spec_pins``.
-    Returns the copies made and the assignment the choice came from (its bound holds for
-    every assignment)."""
+    lifetimes are set, and insert them; the chosen banks are written to ``setup.spec_pins`` and
+    the choice's bound (it holds for every assignment) to ``setup.moves_bound``. Returns the
+    copies made."""
     movable = _movable(graph_module, specs)
     free = [s for s in specs if s.storage_base is None and s.mem_id is None]
     found = bank_items(setup, free, graph_module, movable)
@@ -89,7 +88,7 @@ def plan_copies(setup: BankSetup, graph_module: torch.fx.GraphModule,
         setup.spec_pins[id(spec)] = move.source
         setup.spec_pins[id(made[-1].node.meta["spec"])] = move.target
     setup.moves_bound = chosen.cost_bound
-    return made, chosen
+    return made
 
 
 def _insert(graph_module: torch.fx.GraphModule, source: torch.fx.Node, before: torch.fx.Node,

@@ -159,9 +159,13 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         chooses, inserted into the graph (none without banks, or in a graph with control
         flow, whose subgraphs' room in the banks is known only once they are planned)."""
         setup = self.options.banks
+        if setup is None:
+            return []
+        setup.spec_pins.clear()
+        setup.moves_bound = math.inf
         subgraphs = any(m is not graph_module and isinstance(m, torch.fx.GraphModule)
                         for m in graph_module.modules())
-        if setup is None or not setup.moves or subgraphs:
+        if not setup.moves or subgraphs:
             return []
         update_all_tensors_lifetime(graph_module, graph_signature)
         specs = [s for s in _planned_specs(graph_module, graph_signature, self.alloc_graph_input,
@@ -169,10 +173,8 @@ class TensorplanPlanningPass(MemoryPlanningPass):
                  if not s.const]
         for spec in specs:
             spec.realign(self.alignment)
-        setup.spec_pins.clear()
-        setup.moves_bound = math.inf
         try:
-            made, _ = plan_copies(setup, graph_module, specs)
+            made = plan_copies(setup, graph_module, specs)
         except PlanError:  # no choice fits: the planning without copies says why
             made = []
         _reset_lifetimes(graph_module)

@@ -255,10 +255,12 @@ def best_result(results: Sequence[ExecuTorchResult]) -> ExecuTorchResult | None:
 UNBOUNDED_BANK_BYTES = 1 << 40  # the size given to an unbounded bank: ExecuTorch's need one
 
 
-def lower_banked_greedy(exported: Any, banks: Sequence[Any]) -> Any:
+def lower_banked_greedy(exported: Any, banks: Sequence[Any], rewritten: bool = False) -> Any:
     """``exported`` lowered by ExecuTorch with its ``banked_greedy`` planner over ``banks``
     (``tp.Bank``, fastest first; bank ``k`` is ``mem_id`` ``k + 1``); raises ExecuTorch's
-    ``BankPlacementError`` when it finds no placement."""
+    ``BankPlacementError`` when it finds no placement. ``rewritten``: the edge program first
+    gets tensorplan's rewrites (products of transposed copies made ``linear``, copies that
+    change nothing dropped), so that only the planning differs from tensorplan's ``.pte``."""
     from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.banked_memory_planning import Bank as ExecuTorchBank
     from executorch.exir.banked_memory_planning import (
@@ -266,11 +268,18 @@ def lower_banked_greedy(exported: Any, banks: Sequence[Any]) -> Any:
         banked_memory_planning_pass,
     )
 
+    from tensorplan.integrations.executorch.identities import identity_copies_removed
+    from tensorplan.integrations.executorch.rewrite import linear_without_transposes
+
     target = TargetMemoryMap([ExecuTorchBank(bank.name, UNBOUNDED_BANK_BYTES
                                              if bank.capacity is None else bank.capacity, k + 1)
                               for k, bank in enumerate(banks)])
     with torch.no_grad():
         edge = to_edge(exported)
+        if rewritten:
+            for method in edge.methods:
+                linear_without_transposes(edge.exported_program(method))
+                identity_copies_removed(edge.exported_program(method))
         return edge.to_executorch(ExecutorchBackendConfig(
             memory_planning_pass=banked_memory_planning_pass(target)))
 

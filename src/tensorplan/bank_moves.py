@@ -41,13 +41,17 @@ from .banks import (
 
 def move_options(index: int, item: Item, banks: Sequence[Bank]) -> list[Option]:
     """The options of copying ``item`` once: at each gap between two of its accesses (the
-    copy right after the first, or right before the second), from each bank to each other."""
+    copy right after the first, or right before the second) and right after the start of each
+    of its windows, within its windows, from each bank to each other."""
     if item.pinned is not None or not item.accesses:
         return []
     last = len(banks) - 1
     steps = sorted({step for step, _ in item.accesses})
     total = sum(nbytes for _, nbytes in item.accesses)
-    places = sorted({at for u, v in zip(steps, steps[1:], strict=False) for at in (u + 1, v)})
+    gaps = {at for u, v in zip(steps, steps[1:], strict=False) for at in (u + 1, v)}
+    gaps |= {lo + 1 for lo, _ in item.windows if steps[0] <= lo < steps[-1]}
+    places = sorted(at for at in gaps if steps[0] < at <= steps[-1] and (
+        not item.windows or any(lo < at <= hi for lo, hi in item.windows)))
     found = []
     for at in places:
         before = sum(nbytes for step, nbytes in item.accesses if step < at)

@@ -80,6 +80,8 @@ class Item:
     pinned: int | None = None  # bank index, when pinned
     accesses: tuple[tuple[int, int], ...] = ()  # (step, bytes) of each access, when the
     #                                             item may be copied to another bank once
+    windows: tuple[tuple[int, int], ...] = ()  # a copy may go right before any step in one
+    #                                             of these (after, until]; none: anywhere
 
 
 @dataclass(frozen=True)

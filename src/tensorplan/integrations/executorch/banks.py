@@ -34,7 +34,7 @@ class BankSetup:
     banks: tuple[Bank, ...]
     pins: Mapping[str, str] = field(default_factory=dict)  # node name -> bank name
     time_limit: float = 10.0
-    moves: bool = False                 # values may be copied once to another bank
+    moves: bool = True                  # storages may be copied once to another bank
     top: Any = None                     # the graph module being planned at the top level
     spec_pins: dict[int, int] = field(default_factory=dict)  # id(spec) -> bank index, set
     #                                    where copies were chosen (moves.py)
@@ -44,7 +44,7 @@ class BankSetup:
 
     @staticmethod
     def of(banks: Sequence[Bank], pins: Mapping[str, str] | None = None,
-           time_limit: float | None = None, moves: bool = False) -> BankSetup:
+           time_limit: float | None = None, moves: bool = True) -> BankSetup:
         """The setup, its banks checked (``InputError`` as ``compile(banks=...)`` raises)."""
         checked = check_banks(banks)
         for value, name in (pins or {}).items():
@@ -160,10 +160,12 @@ def mem_id_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
 
 
 def bank_items(setup: BankSetup, free: Sequence[Any], graph_module: torch.fx.GraphModule,
-               movable: Iterable[int] = ()) -> list[Item]:
+               movable: Mapping[int, tuple[tuple[int, int], ...]] | None = None) -> list[Item]:
     """The items ``banks.assign`` is given for the top-level graph's ``free`` specs (lifetimes
     set): item ``i`` is ``free[i]``, pinned where ``setup`` pins it (a node's name, or a spec
-    a copy was chosen for); the specs whose ``id`` is in ``movable`` carry their accesses.
+    a copy was chosen for); the specs whose ``id`` is a key of ``movable`` carry their
+    accesses and may be copied before any node in the ``(after, until]`` windows it maps
+    them to.
     Raises ``InputError`` for a pin naming no node of the graph."""
     accesses = spec_accesses(graph_module)
     nodes = {node.name for node in graph_module.graph.nodes}
@@ -177,10 +179,11 @@ def bank_items(setup: BankSetup, free: Sequence[Any], graph_module: torch.fx.Gra
               for node in graph_module.graph.nodes if node.name in setup.pins
               for s in _specs(node.meta.get("spec"))}
     pinned.update(setup.spec_pins)
-    movable = set(movable)
+    movable = movable or {}
     return [Item(i, spec.allocated_memory, spec.lifetime[0], spec.lifetime[1] + 1,
                  sum(n for _, n in accesses.get(id(spec), ())), pinned.get(id(spec)),
-                 tuple(accesses.get(id(spec), ())) if id(spec) in movable else ())
+                 tuple(accesses.get(id(spec), ())) if id(spec) in movable else (),
+                 movable.get(id(spec), ()))
             for i, spec in enumerate(free)]
 
 

@@ -167,6 +167,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
                         for m in graph_module.modules())
         if not setup.moves or subgraphs:
             return []
+        _reset_lifetimes(graph_module)  # the last trial's lifetimes are still on the specs
         update_all_tensors_lifetime(graph_module, graph_signature)
         specs = [s for s in _planned_specs(graph_module, graph_signature, self.alloc_graph_input,
                                            self.alloc_graph_output, self.alloc_mutable_buffers)

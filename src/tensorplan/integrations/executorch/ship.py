@@ -30,6 +30,7 @@ from tensorplan.errors import TensorPlanError
 from .algo import _memory_planning_module
 from .banks import BankSetup
 from .fold import apply_folds, choose_folds, foldable_values, frontier
+from .identities import identity_copies_removed
 from .rewrite import linear_without_transposes
 
 
@@ -53,11 +54,12 @@ class Shipped:
     folds: tuple[FoldChoice, ...]  # every folding tried
     methods: Mapping[str, Any]  # method name -> planning_pass.GraphPlan
     linears: int  # products of a transposed copy made ``linear`` (rewrite.py)
+    identities: int  # copies that changed nothing, dropped (identities.py)
 
 
 def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
                   fold: bool = True, algorithm: str = "auto", banks: Sequence[Bank] | None = None,
-                  moves: bool = False,
+                  moves: bool = True,
                   pin: Mapping[str, str] | None = None) -> Any:
     """An ``ExecutorchProgramManager`` whose memory plan is tensorplan's.
 
@@ -73,9 +75,9 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     ``banks`` (``tp.Bank``, fastest first): each bank its own ``mem_id`` (1, 2, ...), every
     planned tensor in the bank that makes its traffic cheapest within the capacities
     (``banks.py``); ``pin`` keeps a node of the ExecuTorch graph (a placeholder: an input or
-    buffer name) in a bank; ``moves``: a value may be copied once to another bank where that
-    costs less (a spill or a prefetch, ``moves.py``); off by default: on the zoo's
-    transformers it costs more than no copies today (see issue 19's note).
+    buffer name) in a bank; ``moves``: a storage may be copied once to another bank where
+    that costs less (a spill or a prefetch, ``moves.py``; on by default, ``False`` keeps
+    each storage in one bank for its whole life).
     ``.buffer`` of the result is the ``.pte``. Raises ``TensorPlanError`` when executorch is
     not installed.
     """
@@ -87,7 +89,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
           fold: bool = True, algorithm: str = "auto",
           kernels: Mapping[str, frozenset[str]] | None = None,
           banks: Sequence[Bank] | None = None, pin: Mapping[str, str] | None = None,
-          moves: bool = False) -> Shipped:
+          moves: bool = True) -> Shipped:
     """:func:`to_executorch`, returning the manager with its figures (see :class:`Shipped`).
 
     ``kernels`` replaces the measured table of ``kernels.py`` (op key -> the arguments its
@@ -99,6 +101,8 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     edge = copy.deepcopy(_edge_program(program))
     with torch.no_grad():
         linears = sum(linear_without_transposes(edge.exported_program(m)) for m in edge.methods)
+        identities = sum(identity_copies_removed(edge.exported_program(m))
+                         for m in edge.methods)
     setup = None if banks is None else BankSetup.of(banks, pin, moves=moves)
     options = PassOptions(reuse=reuse, reorder=reorder, algorithm=algorithm,
                           overlap_safe=kernels, banks=setup)
@@ -120,7 +124,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     choice, manager, plans = min(
         results, key=lambda r: (r[0].arena_bytes + r[0].constant_bytes, r[0].arena_bytes))
     return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
-                   tuple(r[0] for r in results), plans, linears)
+                   tuple(r[0] for r in results), plans, linears, identities)
 
 
 def executorch_arena_bytes(program: Any) -> int:

@@ -1,0 +1,70 @@
+"""Copies that change nothing are dropped before ExecuTorch's lowering (``identities.py``): the
+``.pte`` reads their input instead, moves fewer bytes, and still equals eager PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("executorch")
+
+from executorch.runtime import Runtime  # noqa: E402
+from torch import nn  # noqa: E402
+
+from tensorplan.integrations.executorch import lower  # noqa: E402
+
+
+class Same(nn.Module):
+    """Four copies of ``h`` that change nothing, a real pad, and a copy that is an output."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.relu(x)
+        p = F.pad(h, (0, 0, 0, 0))            # TF-style "same" padding of a 1x1 convolution
+        e = p.expand(4, 8, 8)                 # to the shape it has
+        q = e.permute(0, 1, 2)
+        c = q.clone()
+        real = F.pad(c, (1, 1))               # pads: stays
+        return real * 2.0, h.clone()          # a copy that is a graph output: stays
+
+
+def _ops(shipped) -> list[str]:
+    graph = shipped.manager.exported_program().graph_module.graph
+    return [n.target.__name__ for n in graph.nodes if n.op == "call_function"
+            and n.target.__name__ not in ("alloc", "getitem")]
+
+
+def test_copies_that_change_nothing_are_dropped_and_the_pte_equals_eager() -> None:
+    x = torch.randn(4, 8, 8)
+    shipped = lower(torch.export.export(Same(), (x,)), fold=False)
+    assert shipped.identities == 4
+    assert sorted(_ops(shipped)) == sorted(["relu.out", "constant_pad_nd.out", "mul.out",
+                                            "_clone_dim_order.out"])
+    program = Runtime.get().load_program(shipped.manager.buffer)
+    outputs = [o.clone() for o in program.load_method("forward").execute([x])]
+    for got, want in zip(outputs, Same()(x), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+class Snapshot(nn.Module):
+    """A clone of a buffer taken before the buffer is written: a snapshot, kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.zeros(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        before = self.state.clone()
+        self.state.add_(x)
+        return before * 2.0 + self.state
+
+
+def test_a_copy_of_a_mutated_buffer_is_kept() -> None:
+    x = torch.randn(8)
+    shipped = lower(torch.export.export(Snapshot(), (x,)), fold=False)
+    assert shipped.identities == 0
+    program = Runtime.get().load_program(shipped.manager.buffer)
+    method = program.load_method("forward")
+    first, second = method.execute([x])[0].clone(), method.execute([x])[0].clone()
+    model = Snapshot()
+    torch.testing.assert_close((first, second), (model(x), model(x)))

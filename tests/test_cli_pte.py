@@ -58,7 +58,8 @@ def test_pte_with_banks_writes_one_mem_id_per_bank(tmp_path, capsys) -> None:
     output = capsys.readouterr().out
     assert "forward: bank sram (mem_id 1, 8,192 B): arena 8,192 B" in output
     assert "forward: bank dram (mem_id 2, unbounded): arena 2,048 B" in output
-    assert "forward: traffic cost 209,408 (proven bound 209,408)" in output
+    assert "forward: traffic cost 209,408 (proven bound 209,408), 0 copies between banks" \
+        in output
     example = zoo.example("mlp")
     program = Runtime.get().load_program(path.read_bytes())  # owns the bytes its method runs
     method = program.load_method("forward")

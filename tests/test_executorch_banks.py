@@ -4,6 +4,8 @@ both measured by one traffic count (``integrations.executorch.banks.mem_id_traff
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -17,6 +19,7 @@ from executorch.runtime import Runtime  # noqa: E402
 from test_banks import Hot  # noqa: E402
 
 import tensorplan as tp  # noqa: E402
+from tensorplan import bank_moves  # noqa: E402
 from tensorplan.integrations.executorch import lower  # noqa: E402
 
 KIB = 1024
@@ -96,26 +99,39 @@ class Early(torch.nn.Module):
         return h.sum() + g.sum() + a.mean()
 
 
-def test_a_copy_between_banks_lowers_the_cost_and_runs_equal_to_eager() -> None:
+def _copied(model: nn.Module, banks: list[tp.Bank], **options) -> tuple:
+    """The model lowered with and without copies between banks: both plans, the copies made
+    and the graph they are in. The plan with copies is checked: proven optimal, its cost the
+    one traffic count's, run equal to eager in ExecuTorch's runtime."""
     args = (torch.randn(32, 32), torch.randn(32, 32))
-    exported = torch.export.export(Early(), args)
-    banks = [tp.Bank("sram", 12 * KIB + 64, 1.0), tp.Bank("dram", None, 40.0)]
-    one_bank_each = lower(exported, fold=False, reuse=False, banks=banks, moves=False)
-    copied = lower(exported, fold=False, reuse=False, banks=banks, moves=True)
+    exported = torch.export.export(model, args)
+    one_bank_each = lower(exported, fold=False, banks=banks, moves=False, **options)
+    copied = lower(exported, fold=False, banks=banks, **options)  # copies: on by default
     graph = copied.manager.exported_program().graph_module.graph
     copies = [n for n in graph.nodes if n.op == "call_function"
               and n.target.__name__ == "_to_dim_order_copy.out"]
-    before, after = one_bank_each.methods["forward"], copied.methods["forward"]
-    assert (before.traffic_cost, after.traffic_cost) == (1_134_628, 503_844)
-    assert after.traffic_cost == after.traffic_cost_bound  # proven: no choice costs less
-    # one of the two values is copied once between the banks (``b`` is written in dram and
-    # copied into sram for its six reads); the cost above is proven optimal
-    assert [(c.args[0].name, c.args[0].meta["spec"].mem_id, c.meta["spec"].mem_id)
-            for c in copies] == [("aten_cos_default", 2, 1)]
+    after = copied.methods["forward"]
+    assert after.traffic_cost == after.traffic_cost_bound  # no choice costs less
     assert common.banked_result(copied.manager, banks).cost == after.traffic_cost
     program = Runtime.get().load_program(copied.manager.buffer)
     out = program.load_method("forward").execute(list(args))[0].clone()
-    torch.testing.assert_close(out, Early()(*args))
+    torch.testing.assert_close(out, model(*args))
+    return one_bank_each.methods["forward"], after, copies, graph
+
+
+def _copy_banks(copies: list[torch.fx.Node]) -> list[tuple[str, int, int]]:
+    """(value copied, its mem_id, the copy's mem_id) of each copy."""
+    return [(c.args[0].name, c.args[0].meta["spec"].mem_id, c.meta["spec"].mem_id)
+            for c in copies]
+
+
+def test_a_copy_between_banks_lowers_the_cost_and_runs_equal_to_eager() -> None:
+    banks = [tp.Bank("sram", 12 * KIB + 64, 1.0), tp.Bank("dram", None, 40.0)]
+    before, after, copies, _ = _copied(Early(), banks, reuse=False)
+    assert (before.traffic_cost, after.traffic_cost) == (1_134_628, 503_844)
+    # one of the two values is copied once between the banks (``b`` is written in dram and
+    # copied into sram for its six reads)
+    assert _copy_banks(copies) == [("aten_cos_default", 2, 1)]
 
 
 class Chain(nn.Module):
@@ -136,26 +152,32 @@ class Chain(nn.Module):
 
 
 def test_an_in_place_chain_is_copied_and_its_later_links_follow_the_copy() -> None:
-    args = (torch.randn(32, 32), torch.randn(32, 32))
-    exported = torch.export.export(Chain(), args)
     banks = [tp.Bank("sram", 8 * KIB + 64, 1.0), tp.Bank("dram", None, 40.0)]
-    one_bank_each = lower(exported, fold=False, reorder=False, banks=banks, moves=False)
-    copied = lower(exported, fold=False, reorder=False, banks=banks)  # copies: on by default
-    graph = copied.manager.exported_program().graph_module.graph
-    copies = [n for n in graph.nodes if n.op == "call_function"
-              and n.target.__name__ == "_to_dim_order_copy.out"]
-    before, after = one_bank_each.methods["forward"], copied.methods["forward"]
+    before, after, copies, graph = _copied(Chain(), banks, reorder=False)
     assert (before.traffic_cost, after.traffic_cost) == (1_630_244, 1_159_204)
-    assert after.traffic_cost == after.traffic_cost_bound  # proven: no choice costs less
     # the chain (relu written over the product) is spilled to dram once its six reads are
     # done; the add at the end, written over ``a``, is now written over the copy
-    assert [(c.args[0].name, c.args[0].meta["spec"].mem_id, c.meta["spec"].mem_id)
-            for c in copies] == [("aten_relu_default", 1, 2)]
-    linked = [n.name for n in graph.nodes if n.op == "call_function" and n.name != "alloc"
-              and not n.name.startswith("alloc_") and n.meta["spec"].storage_base is not None
+    assert _copy_banks(copies) == [("aten_relu_default", 1, 2)]
+    linked = [n.name for n in graph.nodes if n.op == "call_function"
+              and not n.name.startswith("alloc") and n.meta["spec"].storage_base is not None
               and n.meta["spec"].storage_base is copies[0].meta["spec"]]
     assert linked == ["aten_add_tensor_1"]
-    assert common.banked_result(copied.manager, banks).cost == after.traffic_cost
-    program = Runtime.get().load_program(copied.manager.buffer)
+
+
+def test_copies_that_cost_more_than_promised_give_way_to_the_plan_without(monkeypatch) -> None:
+    # copy options priced at nothing: the choice takes copies it cannot pay for; planned with
+    # them the program costs more than the choice promised, so it is planned again without
+    # them and the cheaper plan is kept
+    real = bank_moves.move_options
+    monkeypatch.setattr(bank_moves, "move_options", lambda index, item, banks: [
+        dataclasses.replace(option, cost=0.0) for option in real(index, item, banks)])
+    args = (torch.randn(32, 32), torch.randn(32, 32))
+    exported = torch.export.export(Early(), args)
+    banks = [tp.Bank("sram", 12 * KIB + 64, 1.0), tp.Bank("dram", None, 40.0)]
+    shipped = lower(exported, fold=False, reuse=False, banks=banks)
+    plan = shipped.methods["forward"]
+    assert (plan.traffic_cost, plan.bank_copies) == (1_134_628, 0)  # as with moves=False
+    assert common.banked_result(shipped.manager, banks).cost == plan.traffic_cost
+    program = Runtime.get().load_program(shipped.manager.buffer)
     out = program.load_method("forward").execute(list(args))[0].clone()
-    torch.testing.assert_close(out, Chain()(*args))
+    torch.testing.assert_close(out, Early()(*args))

@@ -447,7 +447,8 @@ def add_pte_command(commands: argparse._SubParsersAction) -> None:
                         help="planner (default auto)")
     for switch, what in (("reuse", "in-place reuse and concatenation in place"),
                          ("reorder", "tensorplan's node order"),
-                         ("fold", "choosing the folding of constants")):
+                         ("fold", "choosing the folding of constants"),
+                         ("moves", "copies between banks (with --bank)")):
         parser.add_argument(f"--no-{switch}", dest=switch, action="store_false",
                             help=f"lower without {what}")
     _add_bank_options(parser)
@@ -472,7 +473,8 @@ def run_pte(args: argparse.Namespace) -> int:
         exported = _exported(args.target)
         banks = _banks(args.bank)
         shipped = lower(exported, reuse=args.reuse, reorder=args.reorder, fold=args.fold,
-                        algorithm=args.algorithm, banks=banks, pin=dict(args.pin) or None)
+                        algorithm=args.algorithm, banks=banks, pin=dict(args.pin) or None,
+                        moves=args.moves)
         greedy = executorch_arena_bytes(exported)
     _write(args.output, "program", lambda path: _write_bytes(path, shipped.manager.buffer))
     console = Console() if sys.stdout.isatty() else Console(width=WIDE)
@@ -484,7 +486,7 @@ def run_pte(args: argparse.Namespace) -> int:
             print(f"{method}: bank {bank.name} (mem_id {mem_id}, {room}): arena {arena:,} B")
         if banks:
             print(f"{method}: traffic cost {plan.traffic_cost:,.0f} (proven bound "
-                  f"{plan.traffic_cost_bound:,.0f})")
+                  f"{plan.traffic_cost_bound:,.0f}), {plan.bank_copies} copies between banks")
     return 0
 
 

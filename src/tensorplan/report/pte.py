@@ -40,7 +40,8 @@ def pte_tables(name: str, shipped: Any, executorch_arena: int) -> Group:
             steps.add_row(method, technique, bytes_text(arena))
         steps.add_row(method, f"kept: order {plan.order}, {plan.in_place} in-place, "
                       f"{plan.concat} concat links, {shipped.linears} linear without "
-                      "transposes; final planner", bytes_text(plan.arena_bytes))
+                      f"transposes, {shipped.identities} copies that change nothing dropped; "
+                      "final planner", bytes_text(plan.arena_bytes))
     folds = Table(title="foldings tried (the smallest arena + constants is kept)")
     for column in ("folding", "arena", "constants", "total", "kept"):
         folds.add_column(column, justify="left" if column in ("folding", "kept") else "right")

@@ -78,6 +78,7 @@ class GraphPlan:
     bank_arenas: tuple[int, ...] = ()  # with banks: each bank's arena (mem_id 1, 2, ...)
     traffic_cost: float = 0.0          # with banks: bytes moved x their bank's cost
     traffic_cost_bound: float = 0.0    # with banks: no assignment that fits costs less
+    bank_copies: int = 0               # with banks: values copied once to another bank
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         _reset_lifetimes(graph_module)
         given = {spec: spec.mem_id for module in graph_module.modules()
                  if isinstance(module, torch.fx.GraphModule) for spec in _all_specs(module)}
-        try:
-            bufsizes = self._apply_algo(graph_module, graph_signature)
-        except PlanError:
-            if not copies:
-                raise
-            self._without_copies(graph_module, copies, given)
-            copies = []
-            bufsizes = self._apply_algo(graph_module, graph_signature)
+        copies, bufsizes = self._plan_banks(graph_module, graph_signature, copies, given)
         if self.share_mutable_buffers and graph_signature is not None:
             self.state.graph_modules.append(graph_module)
             _check_default_mem_ids(graph_module)
@@ -140,7 +134,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             + sum(link.kind == "in-place" for link in sub_links),
             concat=sum(link.kind == "concat" for link in best.links + sub_links), steps=steps,
             peak_values=_peak_values(graph_module, graph_signature),
-            **self._bank_figures(bufsizes)))
+            **self._bank_figures(bufsizes, len(copies))))
         return PassResult(graph_module, True)
 
     def _apply_algo(self, graph_module: torch.fx.GraphModule, graph_signature: Any) -> list[int]:
@@ -181,25 +175,51 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         _reset_lifetimes(graph_module)
         return made
 
+    def _plan_banks(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
+                    copies: list[Copy], given: Mapping[Any, Any]) -> tuple[list[Copy], list[int]]:
+        """Plan every graph with ``copies`` inserted, or without them when that costs less:
+        when the plan with copies does not fit once packed, or costs more than the choice
+        promised (packing made a bank's room smaller); returns the copies kept and the
+        arenas."""
+        try:
+            bufsizes = self._apply_algo(graph_module, graph_signature)
+        except PlanError:
+            if not copies:
+                raise
+            self._without_copies(graph_module, copies, given)
+            return [], self._apply_algo(graph_module, graph_signature)
+        setup = self.options.banks
+        if not copies or setup.cost <= setup.moves_bound * (1 + 1e-9):
+            return copies, bufsizes
+        with_copies = setup.cost
+        self._without_copies(graph_module, copies, given)
+        bufsizes = self._apply_algo(graph_module, graph_signature)
+        if setup.cost <= with_copies:
+            return [], bufsizes
+        for spec, mem_id in given.items():
+            spec.mem_id = mem_id
+        copies = self._copies(graph_module, graph_signature)
+        return copies, self._apply_algo(graph_module, graph_signature)
+
     def _without_copies(self, graph_module: torch.fx.GraphModule, copies: list[Copy],
                         given: Mapping[Any, Any]) -> None:
         """The graph as it was before ``copies``, the specs' ``mem_id`` as ``given``, the
-        copies' pins dropped: for a plan of the banks without copies (the plan with them did
-        not fit once packed)."""
+        copies' pins dropped: for a plan of the banks without copies. The bound of the choice
+        with copies stays: it holds for every assignment, with copies or without."""
         undo_copies(graph_module, copies)
         self.options.banks.spec_pins.clear()
-        self.options.banks.moves_bound = math.inf
         for spec, mem_id in given.items():
             spec.mem_id = mem_id
         _reset_lifetimes(graph_module)
 
-    def _bank_figures(self, bufsizes: list[int]) -> dict[str, Any]:
-        """The method's bank arenas and traffic cost (none without banks)."""
+    def _bank_figures(self, bufsizes: list[int], copies: int) -> dict[str, Any]:
+        """The method's bank arenas, traffic cost and copies between banks (none without
+        banks)."""
         setup = self.options.banks
         if setup is None:
             return {}
         return {"bank_arenas": bank_arenas(setup, bufsizes), "traffic_cost": setup.cost,
-                "traffic_cost_bound": setup.cost_bound}
+                "traffic_cost_bound": setup.cost_bound, "bank_copies": copies}
 
     def _rules(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
                inputs: bool, alloc_inputs: bool, kinds: tuple[str, ...]) -> LinkRules:

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
 pytest.importorskip("executorch")
 
@@ -17,9 +18,10 @@ import common  # noqa: E402  (benchmarks/common.py)
 from executorch.exir.banked_memory_planning import BankPlacementError  # noqa: E402
 from executorch.runtime import Runtime  # noqa: E402
 from test_banks import Hot  # noqa: E402
+from test_executorch_pte import _eager, _resized  # noqa: E402
 
 import tensorplan as tp  # noqa: E402
-from tensorplan import bank_moves  # noqa: E402
+from tensorplan import bank_moves, zoo  # noqa: E402
 from tensorplan.integrations.executorch import lower  # noqa: E402
 
 KIB = 1024
@@ -181,3 +183,32 @@ def test_copies_that_cost_more_than_promised_give_way_to_the_plan_without(monkey
     program = Runtime.get().load_program(shipped.manager.buffer)
     out = program.load_method("forward").execute(list(args))[0].clone()
     torch.testing.assert_close(out, Early()(*args))
+
+
+# zoo model -> (copies between banks, traffic cost) with sram at 1/4 of its single arena and an
+# unbounded dram at 40x the cost (as in benchmarks/bench_banks.py): a transformer, a CNN whose
+# in-place chains are copied, a transformer with many copies
+BANKED = {"tiny_gpt": (1, 296_319_008), "hf_mobilenet_v2": (1, 195_576_616),
+          "hf_llama": (8, 196_962_610)}
+
+
+@pytest.mark.parametrize("name", [n if n == "tiny_gpt" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in BANKED])
+def test_zoo_models_with_copies_between_banks_run_equal_to_eager(name: str) -> None:
+    example = zoo.example(name)
+    exported = torch.export.export(example.model, example.args, example.kwargs,
+                                   dynamic_shapes=example.dynamic_shapes, strict=False)
+    single = lower(exported, fold=False).arena_bytes
+    banks = [tp.Bank("sram", single // 4, 1.0), tp.Bank("dram", None, 40.0)]
+    shipped = lower(exported, fold=False, banks=banks)
+    plan = shipped.methods["forward"]
+    assert (plan.bank_copies, plan.traffic_cost) == BANKED[name]
+    assert plan.traffic_cost == plan.traffic_cost_bound  # proven optimal
+    assert plan.bank_arenas[0] <= banks[0].capacity
+    program = Runtime.get().load_program(shipped.manager.buffer)
+    method = program.load_method("forward")
+    sizes = (3, 64) if example.dynamic_shapes else ()  # a dynamic model at other sizes too
+    for args in [example.args, *(_resized(example, size) for size in sizes)]:
+        outputs = [o.clone() for o in method.execute(pytree.tree_leaves((args, example.kwargs)))]
+        for got, want in zip(outputs, _eager(example.model, args, example.kwargs), strict=True):
+            torch.testing.assert_close(got, want)

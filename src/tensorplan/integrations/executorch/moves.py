@@ -125,8 +125,8 @@ def plan_copies(setup: BankSetup, graph_module: torch.fx.GraphModule,
     segments = _segments(graph_module, specs)
     free = [s for s in specs if s.storage_base is None and s.mem_id is None]
     found = bank_items(setup, free, graph_module,
-                       {key: tuple((seg.after, seg.until) for seg in found)
-                        for key, found in segments.items()})
+                       {key: tuple((seg.after, seg.until) for seg in storage_segments)
+                        for key, storage_segments in segments.items()})
     steps = max((it.end for it in found), default=0)
     chosen = plan_moves(found, setup.banks, steps, step_names(graph_module, steps), {},
                         held_bytes(setup, ()), setup.time_limit)

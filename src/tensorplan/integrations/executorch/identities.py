@@ -15,8 +15,11 @@ of the same bytes: arena room and traffic for nothing. :func:`identity_copies_re
 their readers read the input instead, when the copy's value has the input's shape, dtype and
 dim order (from the traced ``meta["val"]``), is not a graph output, and its input is an op's
 value or a graph input that is not a mutated buffer (a copy of a buffer may be a snapshot
-taken before the buffer is written). The values are the same tensors; the tests compare the
-rewritten programs with eager PyTorch in ExecuTorch's runtime.
+taken before the buffer is written). The dim order is compared as ExecuTorch labels it, size-1
+dims included: its kernels check the label, so a copy that only relabels the same bytes stays.
+Which ops copy their input is said by name: no schema or tag says it (a ``permute_copy`` or an
+``as_strided_copy`` to the same shape may move every element). The values are the same
+tensors; the tests compare the rewritten programs with eager PyTorch in ExecuTorch's runtime.
 """
 
 from __future__ import annotations

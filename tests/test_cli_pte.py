@@ -58,7 +58,7 @@ def test_pte_with_banks_writes_one_mem_id_per_bank(tmp_path, capsys) -> None:
     output = capsys.readouterr().out
     assert "forward: bank sram (mem_id 1, 8,192 B): arena 8,192 B" in output
     assert "forward: bank dram (mem_id 2, unbounded): arena 2,048 B" in output
-    assert "forward: traffic cost 209,408 (proven bound 209,408), 0 copies between banks" \
+    assert "forward: traffic cost 209,408 (proven bound 209,408); copies between banks: 0" \
         in output
     example = zoo.example("mlp")
     program = Runtime.get().load_program(path.read_bytes())  # owns the bytes its method runs
@@ -66,3 +66,16 @@ def test_pte_with_banks_writes_one_mem_id_per_bank(tmp_path, capsys) -> None:
     with torch.no_grad():
         expected = example.model(*example.args)
     torch.testing.assert_close(method.execute(list(example.args))[0].clone(), expected)
+
+
+@pytest.mark.parametrize(("switch", "copies", "cost"), [((), 1, "296,319,008"),
+                                                       (("--no-moves",), 0, "299,128,864")])
+def test_pte_copies_between_banks_unless_told_not_to(tmp_path, capsys, switch, copies,
+                                                     cost) -> None:
+    # sram at 1/4 of tiny_gpt's 655,360 B arena (bench_banks.py's case, folding on)
+    path = tmp_path / "tiny_gpt.pte"
+    assert main(["pte", "zoo:tiny_gpt", "-o", str(path), "--bank", "sram=163840",
+                 "--bank", "dram@40", *switch]) == 0
+    output = capsys.readouterr().out
+    assert f"forward: traffic cost {cost} (proven bound {cost}); copies between banks: " \
+        f"{copies}" in output

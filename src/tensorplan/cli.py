@@ -486,7 +486,7 @@ def run_pte(args: argparse.Namespace) -> int:
             print(f"{method}: bank {bank.name} (mem_id {mem_id}, {room}): arena {arena:,} B")
         if banks:
             print(f"{method}: traffic cost {plan.traffic_cost:,.0f} (proven bound "
-                  f"{plan.traffic_cost_bound:,.0f}), {plan.bank_copies} copies between banks")
+                  f"{plan.traffic_cost_bound:,.0f}); copies between banks: {plan.bank_copies}")
     return 0
 
 

@@ -3,7 +3,7 @@
 ``to_edge`` keeps ops that copy their input into a tensor equal to it, byte for byte:
 
 - ``constant_pad_nd(x, [0, 0, ...])``: Hugging Face's TF-style "same" padding pads every 1x1
-  convolution by zero (MobileNetV2: 35 of its 52 pads);
+  convolution by zero (HF MobileNetV2: 34 of its 52 pads);
 - ``expand_copy(x, sizes)`` to the shape ``x`` already has (scaled dot-product attention's
   decomposition expands the scores and the value to their own shapes);
 - ``permute_copy(x, [0, 1, ...])``;

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensorplan.dsa import DsaInstance, load_instance
-from tensorplan.planners import Buffer, plan_buffers
+from tensorplan.formats.dsa import DsaInstance, load_instance
+from tensorplan.plan.planners import Buffer, plan_buffers
 
 HEADER = (
     "| instance | buffers | algorithm | lower bound | peak | gap | optimal | seconds "

@@ -29,8 +29,8 @@ import torch
 from common import ExecuTorchResult, one_line, quiet, same_outputs
 
 import tensorplan as tp
-from tensorplan.vision_models import import_torchvision
 from tensorplan.zoo import Example
+from tensorplan.zoo.vision import import_torchvision
 
 DEFAULT_RUNS = 10
 REASON_CHARS = 80

@@ -31,9 +31,9 @@ from torch.export import Dim
 
 import tensorplan as tp
 from tensorplan import zoo
-from tensorplan.example import Example
-from tensorplan.spec import canonical
-from tensorplan.symbolic import with_symbolic
+from tensorplan.plan.symbolic.stack import with_symbolic
+from tensorplan.specs.spec import canonical
+from tensorplan.zoo.base import Example
 
 PARTS = (8, 4, 2, 1)   # each dim at 1/N of its upper bound (at least its lower bound)
 TARGET_RATIO = 1.05    # arena(size) / lower bound(size), at every size

@@ -16,7 +16,7 @@ import torch
 from torch.export import Dim
 
 import tensorplan as tp
-from tensorplan.layout import same_layout
+from tensorplan.specs.layout import same_layout
 
 CL = torch.channels_last
 

@@ -90,7 +90,7 @@ def test_buffers_updated_in_place_are_one_state_storage_for_the_whole_program():
 
 
 def test_kv_cache_index_copy_shares_the_cache_storage():
-    from tensorplan.zoo import KVCache
+    from tensorplan.zoo.models import KVCache
 
     prog = tp.compile(KVCache(), (torch.randn(1, 32), torch.tensor([2])), **ALIAS_ONLY)
     for buffer in ("b_k_cache", "b_v_cache"):

@@ -9,9 +9,10 @@ from shared_models import Fn, positives
 
 import tensorplan as tp
 from tensorplan import zoo
-from tensorplan.arena_budget import check_arena, parse_bytes
 from tensorplan.cli import main
-from tensorplan.plan import MemoryPlan, PlannedStorage
+from tensorplan.cli.options import parse_bytes
+from tensorplan.plan.budget import check_arena
+from tensorplan.plan.plan import MemoryPlan, PlannedStorage
 
 
 def plan_of(arena: int, lower_bound: int) -> MemoryPlan:

@@ -16,7 +16,7 @@ from shared_models import Branches, Chain
 
 import tensorplan as tp
 from tensorplan import zoo
-from tensorplan.artifact import (
+from tensorplan.formats.artifact import (
     MANIFEST,
     PLAN_MEMBER,
     PROGRAM_MEMBER,

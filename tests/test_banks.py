@@ -1,4 +1,4 @@
-"""Memory banks (``banks.py``, issue 19): each storage in the bank that makes its traffic cheapest,
+"""Memory banks (``tensorplan.banks``, issue 19): each storage in the bank that makes its traffic cheapest,
 each bank its own verified arena."""
 
 from __future__ import annotations
@@ -290,8 +290,8 @@ def test_the_picture_labels_each_bank(tmp_path) -> None:
 
 
 def test_a_value_read_early_is_spilled_so_that_a_busier_one_gets_the_fast_bank() -> None:
-    from tensorplan.bank_moves import plan_moves
-    from tensorplan.banks import Item, Move
+    from tensorplan.banks.choice import Item, Move
+    from tensorplan.banks.moves import plan_moves
 
     banks = (tp.Bank("sram", KIB, 1.0), tp.Bank("dram", None, 40.0))
     early = tuple([(0, KIB)] + [(1 + i % 3, KIB) for i in range(10)] + [(9, KIB)])

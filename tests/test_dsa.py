@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tensorplan.dsa import load_instance, write_solution
 from tensorplan.errors import FormatError
-from tensorplan.planners import Buffer, PlannerParams, lower_bound, plan_buffers
-from tensorplan.planners.dispatch import auto_budget_seconds
-from tensorplan.planners.exact.optimal import SearchOutcome, plan_optimal
-from tensorplan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
-from tensorplan.validate import find_violations
+from tensorplan.formats.dsa import load_instance, write_solution
+from tensorplan.plan.planners import Buffer, PlannerParams, lower_bound, plan_buffers
+from tensorplan.plan.planners.dispatch import auto_budget_seconds
+from tensorplan.plan.planners.exact.optimal import SearchOutcome, plan_optimal
+from tensorplan.plan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
+from tensorplan.plan.validate import find_violations
 
 
 def dsa_dir() -> Path:

@@ -21,7 +21,8 @@ from test_banks import Hot  # noqa: E402
 from test_executorch_pte import _eager, _resized  # noqa: E402
 
 import tensorplan as tp  # noqa: E402
-from tensorplan import bank_moves, zoo  # noqa: E402
+from tensorplan import zoo  # noqa: E402
+from tensorplan.banks import moves as bank_moves  # noqa: E402
 from tensorplan.integrations.executorch import lower  # noqa: E402
 
 KIB = 1024

@@ -1,4 +1,4 @@
-"""Memory plans of the ``transformers`` models of ``tensorplan.hf_models`` (random weights).
+"""Memory plans of the ``transformers`` models of ``tensorplan.zoo.hf`` (random weights).
 
 Each model is compiled once per test process (about 45 s for all fourteen on one core); the
 newer families are checked in ``test_zoo_families.py`` with these tables and helpers.

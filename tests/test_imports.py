@@ -95,13 +95,22 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_checker_sees_relative_function_level_and_package_imports() -> None:
+def test_the_checker_sees_function_level_and_package_imports() -> None:
     graph = import_graph()
-    assert "tensorplan.alias" in graph["tensorplan.liveness"]           # from .alias import ...
-    assert "tensorplan.hf_models" in graph["tensorplan.zoo"]            # inside a function
-    assert "tensorplan.report" in graph["tensorplan.cli"]               # a package's __init__
-    assert "tensorplan.report.text" in graph["tensorplan.report.tables"]  # from .text import
-    assert "tensorplan" not in graph["tensorplan.program"]              # its own package
+    assert "tensorplan.analysis.alias" in graph["tensorplan.analysis.liveness"]
+    assert "tensorplan.zoo.hf" in graph["tensorplan.zoo.models"]      # inside a function
+    assert "tensorplan.report" in graph["tensorplan.cli.plan"]        # a package's __init__
+    assert "tensorplan.report.text" in graph["tensorplan.report.tables"]
+    assert "tensorplan" not in graph["tensorplan.program"]            # its own package
+
+
+def test_the_checker_resolves_relative_imports() -> None:
+    statement = ast.parse("from ..errors import PlanError").body[0]
+    assert _targets(statement, "tensorplan.plan.budget", False, module_names()) == [
+        "tensorplan.errors"]
+    statement = ast.parse("from . import budget").body[0]
+    assert _targets(statement, "tensorplan.plan", True, module_names()) == [
+        "tensorplan.plan.budget"]
 
 
 def test_no_import_cycle_among_tensorplan_modules() -> None:
@@ -129,3 +138,55 @@ def test_every_module_imports_on_its_own() -> None:
                           text=True, check=True)
     assert done.stdout.strip() == "", done.stdout
     assert len(names) > 50
+
+
+TOP_LEVEL_MODULES = {"__init__", "__main__", "errors", "internal", "located", "program"}
+STAGE_PACKAGES = {"frontend", "rewrite", "specs", "analysis", "schedule", "banks", "plan",
+                  "runtime", "report", "formats", "cli", "zoo", "ops", "integrations"}
+
+
+def test_the_top_level_holds_the_stage_packages_and_what_they_share() -> None:
+    """One package per stage: a new module goes into its stage's folder, not beside them."""
+    modules = {path.stem for path in SOURCE.glob("*.py")}
+    packages = {path.parent.name for path in SOURCE.glob("*/__init__.py")}
+    assert modules == TOP_LEVEL_MODULES
+    assert packages == STAGE_PACKAGES
+
+
+def test_every_package_says_what_it_takes_and_returns() -> None:
+    undocumented = [str(path.relative_to(SOURCE)) for path in SOURCE.rglob("__init__.py")
+                    if not ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))]
+    assert undocumented == []
+
+
+TORCH_FREE = """
+import sys
+from tensorplan.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit:  # --version, --help and usage errors exit from argparse
+    code = exit.code
+print(code, "torch" in sys.modules)
+"""
+
+
+def _command(*argv: str) -> list[str]:
+    """The lines ``tensorplan ARGV`` prints, the last one: its exit code and whether torch
+    was loaded."""
+    done = subprocess.run([sys.executable, "-c", TORCH_FREE, *argv], capture_output=True,
+                          text=True, check=True)
+    return done.stdout.splitlines()
+
+
+def test_the_command_line_imports_torch_only_for_a_command_that_needs_it(tmp_path) -> None:
+    """``--version``, a usage error and ``dsa`` (the torch-free planner) never load torch;
+    ``--help`` lists the zoo's models, and a model command compiles, so both do."""
+    instance = tmp_path / "three.csv"
+    instance.write_text("id,lower,upper,size\n0,0,2,64\n1,1,3,32\n2,2,4,64\n")
+    dsa = _command("dsa", str(instance))
+    assert dsa[-1] == "0 False"
+    assert any(line.split()[1:2] == ["peak"] and "96" in line for line in dsa), dsa
+    version = _command("--version")
+    assert version[0].startswith("tensorplan ") and version[-1] == "0 False"
+    assert _command("plan")[-1] == "2 False"   # no TARGET: a usage error
+    assert _command("--help")[-1] == "0 True"

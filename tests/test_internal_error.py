@@ -3,19 +3,17 @@ stage, the node, its op and argument shapes, and what to report; user errors kee
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 from torch.export import Dim
 
 import tensorplan as tp
-from tensorplan import concat, reuse
 from tensorplan.cli import main
 from tensorplan.internal import stage, versions
 from tensorplan.runtime import graph
+from tensorplan.schedule import concat, reuse
+from tensorplan.specs import propagate as propagation
 
-propagation = importlib.import_module("tensorplan.propagate")  # the name is taken by tp.propagate
 ADVICE = (f'please report it with the model (torch.export.save(ep, "model.pt2"), or the '
           f"tensorplan command and its target), {versions()} and the full traceback (the "
           "command line prints it with TENSORPLAN_DEBUG=1)")
@@ -49,7 +47,7 @@ def test_failing_schedule_step_names_stage_node_op_shapes_and_advice(monkeypatch
     assert error.__cause__ is bug
     assert error.stage == "schedule"
     assert error.node == "cat: aten.cat.default([float32[1,4,7,16], float32[1,4,7,16]], 1)"
-    assert error.summary.startswith("internal error in schedule (concat.py:")
+    assert error.summary.startswith("internal error in schedule (schedule/concat.py:")
     assert error.summary.endswith(
         ", _place): IndexError: list index out of range. This is a bug in tensorplan, not in "
         f"the model or its inputs: {ADVICE}")
@@ -68,7 +66,7 @@ def test_a_node_in_a_subgraph_is_named_with_its_submodule(monkeypatch):
         tp.compile(Branches(), (torch.randn(3, 4),))
     assert info.value.stage == "propagate"
     assert info.value.node == "true_graph_0/sin: aten.sin.default(float32[3,4])"
-    assert "(propagate.py:" in info.value.summary and "KeyError: 'sin'" in info.value.summary
+    assert "(specs/propagate.py:" in info.value.summary and "KeyError: 'sin'" in info.value.summary
     assert isinstance(info.value.__cause__, KeyError)
 
 
@@ -188,7 +186,7 @@ def test_cli_prints_one_line_and_the_node_with_exit_code_3(monkeypatch, capsys):
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("tensorplan plan: internal error in schedule (reuse.py:")
+    assert lines[0].startswith("tensorplan plan: internal error in schedule (schedule/reuse.py:")
     assert lines[0].endswith(f"IndexError: tuple index out of range. This is a bug in "
                              f"tensorplan, not in the model or its inputs: {ADVICE}")
     assert lines[1] == "  at node gelu: aten.gelu.default(float32[8,256])"

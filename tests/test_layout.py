@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tensorplan.layout import dense_strides, same_layout, traced_dim_order
+from tensorplan.specs.layout import dense_strides, same_layout, traced_dim_order
 
 
 def test_size_one_dims_do_not_change_the_layout():

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import tensorplan as tp
-from tensorplan.alias import Slice
+from tensorplan.analysis.alias import Slice
 
 
 class ConvPadConv(torch.nn.Module):

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import tensorplan as tp
-from tensorplan import patches
 from tensorplan.errors import InputError
+from tensorplan.rewrite import patches
 
 
 class Stack(torch.nn.Module):
@@ -219,7 +219,7 @@ def test_mobilenet_v2_patched_fits_in_under_a_third() -> None:
 
 @pytest.mark.slow
 def test_efficientnet_b0_patched_through_its_gates_is_under_the_target() -> None:
-    from tensorplan.vision_models import import_torchvision
+    from tensorplan.zoo.vision import import_torchvision
 
     torch.manual_seed(0)
     model = import_torchvision().models.efficientnet_b0(weights=None).eval()

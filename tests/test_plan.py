@@ -11,10 +11,11 @@ from torch.export import Dim
 from zoo_programs import check_plan_is_tight, compiled
 
 import tensorplan as tp
-from tensorplan import plan as plan_stage
-from tensorplan import validate, zoo
-from tensorplan.liveness import lifetimes
-from tensorplan.validate import ViolationKind
+from tensorplan import zoo
+from tensorplan.analysis.liveness import lifetimes
+from tensorplan.plan import plan as plan_stage
+from tensorplan.plan import validate
+from tensorplan.plan.validate import ViolationKind
 
 # The plan stage on the graph order with one storage per value (test_reuse.py covers the rest).
 GRAPH_ORDER = {"reuse": False, "reorder": False, "fold": False}

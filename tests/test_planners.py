@@ -10,17 +10,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorplan.errors import PlanError
-from tensorplan.planners import Buffer, Placement, PlannerParams, Problem, lower_bound, plan_buffers
-from tensorplan.planners.budget import Budget
-from tensorplan.planners.exact.branch_and_bound import Probe, settle
-from tensorplan.planners.exact.optimal import plan_optimal
-from tensorplan.planners.exact.search_instance import to_search_instance
-from tensorplan.planners.exact.windows import Windows, largest_live, tight_span
-from tensorplan.planners.greedy.occupancy import OccupancyIndex, add_range, best_fit
-from tensorplan.planners.greedy.portfolio import best_greedy
-from tensorplan.planners.greedy.repair import squeaky_wheel
-from tensorplan.planners.problem.instance import peak_of, section_loads, to_instance
-from tensorplan.validate import find_violations
+from tensorplan.plan.planners import (
+    Buffer,
+    Placement,
+    PlannerParams,
+    Problem,
+    lower_bound,
+    plan_buffers,
+)
+from tensorplan.plan.planners.budget import Budget
+from tensorplan.plan.planners.exact.branch_and_bound import Probe, settle
+from tensorplan.plan.planners.exact.optimal import plan_optimal
+from tensorplan.plan.planners.exact.search_instance import to_search_instance
+from tensorplan.plan.planners.exact.windows import Windows, largest_live, tight_span
+from tensorplan.plan.planners.greedy.occupancy import OccupancyIndex, add_range, best_fit
+from tensorplan.plan.planners.greedy.portfolio import best_greedy
+from tensorplan.plan.planners.greedy.repair import squeaky_wheel
+from tensorplan.plan.planners.problem.instance import peak_of, section_loads, to_instance
+from tensorplan.plan.validate import find_violations
 
 
 def _verified(buffers: list[Buffer], placement: Placement, alignment: int = 1) -> bool:

@@ -8,8 +8,8 @@ from shared_models import CondModel, ConvClone, Fn, Loop, Mapped, Scanned, posit
 from torch.export import Dim
 
 import tensorplan as tp
-from tensorplan.layout import same_layout
-from tensorplan.zoo import MLP
+from tensorplan.specs.layout import same_layout
+from tensorplan.zoo.models import MLP
 
 F32, F16, I64 = torch.float32, torch.float16, torch.int64
 CL = torch.channels_last

@@ -257,8 +257,8 @@ def test_a_label_is_drawn_only_where_it_fits():
 
 
 def test_a_1000_storage_timeline_labels_only_the_largest_that_fit(tmp_path):
-    from tensorplan.dsa import load_instance
-    from tensorplan.planners import plan_buffers
+    from tensorplan.formats.dsa import load_instance
+    from tensorplan.plan.planners import plan_buffers
     from tensorplan.report.html import placement_plan
 
     rng = __import__("random").Random(1)

@@ -12,7 +12,7 @@ from tensorplan import zoo
 from tensorplan.runtime.arena import Arena
 from tensorplan.runtime.frames import check_layout
 from tensorplan.runtime.kernels import out_variant
-from tensorplan.zoo import KVCache
+from tensorplan.zoo.models import KVCache
 
 CL = torch.channels_last
 BUILT_IN = ["convnet", "kv_cache", "mlp", "tiny_gpt"]

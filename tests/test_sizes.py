@@ -6,7 +6,15 @@ import itertools
 
 import pytest
 
-from tensorplan.sizes import Box, Poly, SizeExpr, Term, aligned_cover, at_least, term_at_least
+from tensorplan.plan.symbolic.sizes import (
+    Box,
+    Poly,
+    SizeExpr,
+    Term,
+    aligned_cover,
+    at_least,
+    term_at_least,
+)
 
 S, B = Poly.dim("seq"), Poly.dim("batch")
 ONE_DIM = Box({"seq": (2, 64)})

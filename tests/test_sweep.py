@@ -7,12 +7,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorplan.planners import Buffer, PlannerParams, Problem, plan_buffers
-from tensorplan.planners.greedy.occupancy import OccupancyIndex, best_fit
-from tensorplan.planners.greedy.portfolio import best_greedy, portfolio
-from tensorplan.planners.greedy.sweep import STACK_ORDERS, FreeSpace, sweep_order, sweep_steps
-from tensorplan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
-from tensorplan.validate import find_violations
+from tensorplan.plan.planners import Buffer, PlannerParams, Problem, plan_buffers
+from tensorplan.plan.planners.greedy.occupancy import OccupancyIndex, best_fit
+from tensorplan.plan.planners.greedy.portfolio import best_greedy, portfolio
+from tensorplan.plan.planners.greedy.sweep import STACK_ORDERS, FreeSpace, sweep_order, sweep_steps
+from tensorplan.plan.planners.problem.instance import Instance, peak_of, section_loads, to_instance
+from tensorplan.plan.validate import find_violations
 
 PARAMS = PlannerParams()  # the defaults
 INDEXED = PARAMS.classic_order_limit  # up to it greedy runs the classic orders too

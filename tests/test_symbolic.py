@@ -1,4 +1,4 @@
-"""Plans as functions of the dynamic dims (``symbolic.py``, ``symbolic_validate.py``): one plan
+"""Plans as functions of the dynamic dims (``plan/symbolic/``: ``stack.py``, ``validate.py``): one plan
 valid at every size of the range, proven; at the lower bound at every size; run, saved,
 printed and written as C at the sizes a run has."""
 
@@ -16,11 +16,11 @@ from torch.export import Dim
 import tensorplan as tp
 from tensorplan import zoo
 from tensorplan.cli import main
-from tensorplan.encoding import Fields, decode_plan, encode_plan
 from tensorplan.errors import FormatError, InputError
+from tensorplan.formats.encoding import Fields, decode_plan, encode_plan
+from tensorplan.plan.symbolic.sizes import SizeExpr
+from tensorplan.plan.validate import ViolationKind
 from tensorplan.report import plan_to_c_header
-from tensorplan.sizes import SizeExpr
-from tensorplan.validate import ViolationKind
 
 SEQ = Dim("seq", min=2, max=64)
 

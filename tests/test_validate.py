@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorplan.errors import PlanError
-from tensorplan.validate import (
+from tensorplan.plan.validate import (
     Violation,
     ViolationKind,
     check_placement,

@@ -1,5 +1,5 @@
 """Memory plans and runs of the ``torchvision`` and ``timm`` models of
-``tensorplan.vision_models`` (random weights), against eager and ExecuTorch.
+``tensorplan.zoo.vision`` (random weights), against eager and ExecuTorch.
 
 Each model is compiled once per test process (1–4 s each here) and lowered by ExecuTorch once.
 """
@@ -15,7 +15,7 @@ from zoo_programs import check_plan_is_tight, compiled, listed_in_a_fresh_proces
 from tensorplan import zoo
 from tensorplan.runtime.lower import Kind
 
-# A plain ``import torchvision`` fails beside the CPU torch (vision_models.import_torchvision),
+# A plain ``import torchvision`` fails beside the CPU torch (zoo/vision.py's import_torchvision),
 # so the packages are looked up, not imported.
 for _package in ("torchvision", "timm"):
     if importlib.util.find_spec(_package) is None:

@@ -21,7 +21,7 @@ from executorch_reference import executorch_arena
 
 import tensorplan as tp
 from tensorplan import zoo
-from tensorplan.hf_models import CACHE_LEN, VOCAB
+from tensorplan.zoo.hf import CACHE_LEN, VOCAB
 
 pytest.importorskip("transformers")
 pytest.importorskip("executorch")

@@ -22,6 +22,7 @@ The node being processed is found in one of two ways, the first that answers:
 A node is named as in the ``SpecTable``: ``"<submodule>/<node>"`` inside a subgraph, which the
 stage finds in the ``program`` it is given (or else the outermost one a failing frame holds).
 
+>>> import torch
 >>> graph = torch.fx.Graph()
 >>> x = graph.placeholder("x")
 >>> x.meta["val"] = torch.empty(2, 3)
@@ -38,18 +39,20 @@ propagate | relu: aten.relu.default(float32[2,3])
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 import types
 from collections.abc import Mapping
 from contextlib import ContextDecorator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import torch
-import torch.fx
-from torch.export import ExportedProgram
+from tensorplan.errors import InternalError, TensorPlanError
 
-from .errors import InternalError, TensorPlanError
+if TYPE_CHECKING:
+    import torch.fx
+
+    from tensorplan.located import Root
 
 PASSED_THROUGH = (TensorPlanError, OSError, MemoryError)  # never wrapped (see above)
 _PACKAGE = Path(__file__).parent
@@ -59,7 +62,8 @@ _LONGEST = 240                 # characters of the original message and of an ar
 
 def versions() -> str:
     """``tensorplan X.Y.Z (torch A.B.C)``: what a report and ``--version`` say."""
-    return f"tensorplan {importlib.metadata.version('tensorplan')} (torch {torch.__version__})"
+    version = importlib.metadata.version
+    return f"tensorplan {version('tensorplan')} (torch {version('torch')})"
 
 
 def report_advice() -> str:
@@ -98,9 +102,6 @@ class Locating:
                     locate(error, found[0], self.prefix)
                     break
         return False
-
-
-Root = ExportedProgram | torch.fx.GraphModule  # a program, or the root module of its graphs
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,20 @@ def internal_error(failed: Stage, error: Exception) -> InternalError:
     summary = (f"internal error in {failed.name} ({_raised_at(frames)}): "
                f"{type(error).__name__}{': ' + message if message else ''}. This is a bug in "
                f"tensorplan{whose}: {report_advice()}")
-    root = _root_in_frames(frames) if failed.program is None else failed.program
-    located = getattr(error, _LOCATED, None) or _node_in_frames(frames, root)
-    return InternalError(summary, failed.name, describe(*located) if located else None)
+    return InternalError(summary, failed.name, _node(error, frames, failed.program))
+
+
+def _node(error: Exception, frames: list[tuple[types.FrameType, int]],
+          program: Root | None) -> str | None:
+    """The node ``error`` was raised at, described; None where there is none (an error raised
+    before torch was ever imported, on the torch-free paths of the command line, has none)."""
+    if "torch" not in sys.modules:
+        return None
+    from tensorplan.located import describe, node_in_frames, root_in_frames
+
+    located = getattr(error, _LOCATED, None) or node_in_frames(
+        frames, root_in_frames(frames) if program is None else program)
+    return describe(*located) if located else None
 
 
 def _frames(trace: types.TracebackType | None) -> list[tuple[types.FrameType, int]]:
@@ -164,72 +176,3 @@ def _raised_at(frames: list[tuple[types.FrameType, int]]) -> str:
         if path.is_relative_to(_PACKAGE):
             return f"{path.relative_to(_PACKAGE).as_posix()}:{line}, {frame.f_code.co_name}"
     return "outside tensorplan's code"
-
-
-def _root_in_frames(frames: list[tuple[types.FrameType, int]]) -> Root | None:
-    """The outermost ``ExportedProgram`` or ``GraphModule`` a frame holds in a local."""
-    for frame, _ in reversed(frames):
-        for value in frame.f_locals.values():
-            if isinstance(value, (ExportedProgram, torch.fx.GraphModule)):
-                return value
-    return None
-
-
-def _node_in_frames(frames: list[tuple[types.FrameType, int]],
-                    program: Root | None) -> tuple[str, torch.fx.Node] | None:
-    """(graph prefix, node) of the innermost frame holding a local ``torch.fx.Node``."""
-    for frame, _ in frames:
-        values = frame.f_locals
-        nodes = [v for v in values.values() if isinstance(v, torch.fx.Node)]
-        if nodes:
-            node = values["node"] if isinstance(values.get("node"), torch.fx.Node) else nodes[0]
-            return _prefix_of(node, program), node
-    return None
-
-
-def _prefix_of(node: torch.fx.Node, program: Root | None) -> str:
-    """``"<submodule>/"`` when ``node`` is in a subgraph of ``program``, else ``""``."""
-    if program is None:
-        return ""
-    root = program.graph_module if isinstance(program, ExportedProgram) else program
-    for name, module in root.named_modules():
-        if name and isinstance(module, torch.fx.GraphModule) and module.graph is node.graph:
-            return name.replace(".", "/") + "/"
-    return ""
-
-
-def describe(prefix: str, node: torch.fx.Node) -> str:
-    """``name: op(argument shapes)``, e.g. ``cat: aten.cat.default([float32[0],
-    float32[1,4,7,16]], 1)``; shapes are the traced ones (``meta["val"]``), symbols included."""
-    if node.op in ("placeholder", "output", "get_attr"):
-        return f"{prefix}{node.name}: {node.op} {node.target}"
-    arguments = ", ".join([*(_argument(a) for a in node.args),
-                           *(f"{k}={_argument(v)}" for k, v in node.kwargs.items())])
-    return f"{prefix}{node.name}: {_op_name(node.target)}({arguments[:_LONGEST]})"
-
-
-def _op_name(target: Any) -> str:
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)
-    return getattr(target, "__name__", str(target))
-
-
-def _argument(value: Any) -> str:
-    """One argument as the user reads it: a node by its traced value, lists item by item."""
-    if isinstance(value, torch.fx.Node):
-        traced = value.meta.get("val")
-        return value.name if traced is None else _traced(traced)
-    if isinstance(value, (list, tuple)):
-        return f"[{', '.join(_argument(item) for item in value)}]"
-    return repr(value)
-
-
-def _traced(value: Any) -> str:
-    """``float32[1,4,7,16]`` for a tensor, items in parentheses for a tuple, else ``str``."""
-    if isinstance(value, torch.Tensor):
-        dtype = str(value.dtype).removeprefix("torch.")
-        return f"{dtype}[{','.join(str(size) for size in value.shape)}]"
-    if isinstance(value, (list, tuple)):
-        return f"({', '.join(_traced(item) for item in value)})"
-    return str(value)
-

@@ -14,27 +14,27 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from .alias import AliasTable, planned_specs
-from .arena_budget import check_arena
-from .artifact import read_artifact, write_artifact
-from .banks import Bank, BankRequest, bank_request
-from .capture import capture
-from .errors import InputError, PlanError
-from .fold import NOTHING_FOLDED, Folded
-from .internal import stage
-from .liveness import GraphLifetimes, lifetimes
-from .order import Order, scheduled_nodes
-from .patches import Patching
-from .patches import choose as choose_patches
-from .plan import MemoryPlan, PlanOptions, plan_memory
-from .planners import PlannerParams
-from .propagate import propagate
-from .roles import Roles, read_roles
-from .runtime.lower import Lowered, ProgramFacts, lower_program
-from .runtime.runner import Runner
-from .schedule import Schedule, ScheduleOptions, schedule
-from .spec import SpecTable
-from .symbolic import with_symbolic
+from tensorplan.analysis.alias import AliasTable, planned_specs
+from tensorplan.analysis.liveness import GraphLifetimes, lifetimes
+from tensorplan.banks.choice import Bank, BankRequest, bank_request
+from tensorplan.errors import InputError, PlanError
+from tensorplan.formats.artifact import read_artifact, write_artifact
+from tensorplan.frontend.capture import capture
+from tensorplan.frontend.roles import Roles, read_roles
+from tensorplan.internal import stage
+from tensorplan.plan.budget import check_arena
+from tensorplan.plan.plan import MemoryPlan, PlanOptions, plan_memory
+from tensorplan.plan.planners import PlannerParams
+from tensorplan.plan.symbolic.stack import with_symbolic
+from tensorplan.rewrite.patches import Patching
+from tensorplan.rewrite.patches import choose as choose_patches
+from tensorplan.runtime.lower import Lowered, ProgramFacts, lower_program
+from tensorplan.runtime.runner import Runner
+from tensorplan.schedule.fold import NOTHING_FOLDED, Folded
+from tensorplan.schedule.order import Order, scheduled_nodes
+from tensorplan.schedule.schedule import Schedule, ScheduleOptions, schedule
+from tensorplan.specs.propagate import propagate
+from tensorplan.specs.spec import SpecTable
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     keeping the program as exported unless a patching is smaller; ``Program.patching`` lists
     what was tried.
 
-    ``banks`` (``banks.py``): memories fastest first, ``[tp.Bank("sram", 256 * 1024, 1.0),
+    ``banks`` (``tensorplan.banks``): memories fastest first, ``[tp.Bank("sram", 256 * 1024, 1.0),
     tp.Bank("dram", None, 40.0)]``; each storage is put in one bank so that the bytes moved
     times the banks' costs are least with every bank's planned arena within its capacity, and
     each bank is planned as its own arena (``plan.banks``, ``plan.bank_of(value)``). ``pin``

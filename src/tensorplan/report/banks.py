@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..plan import MemoryPlan
-from .text import bytes_text
+from tensorplan.plan.plan import MemoryPlan
+from tensorplan.report.text import bytes_text
 
 
 def bank_table(plan: MemoryPlan) -> Table:

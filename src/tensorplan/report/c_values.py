@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from ..encoding import dtype_name
-from ..errors import TensorPlanError
-from ..plan import MemoryPlan
-from ..spec import SpecTable, TensorSpec
+from tensorplan.errors import TensorPlanError
+from tensorplan.formats.encoding import dtype_name
+from tensorplan.plan.plan import MemoryPlan
+from tensorplan.specs.spec import SpecTable, TensorSpec
 
 DTYPE_CODES = {  # torch dtype -> c10::ScalarType code
     torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,

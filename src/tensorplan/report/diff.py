@@ -16,11 +16,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..artifact import is_artifact, read_plan
-from ..encoding import Fields, decode_plan, parse_json
-from ..errors import FormatError
-from ..plan import MemoryPlan, PlannedStorage
-from .text import bytes_text
+from tensorplan.errors import FormatError
+from tensorplan.formats.artifact import is_artifact, read_plan
+from tensorplan.formats.encoding import Fields, decode_plan, parse_json
+from tensorplan.plan.plan import MemoryPlan, PlannedStorage
+from tensorplan.report.text import bytes_text
 
 CHANGES = ("grew", "shrank", "appeared", "vanished")  # the sections, in the order printed
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..encoding import encode_plan
-from ..plan import MemoryPlan, PlannedStorage
-from ..program import Program
-from ..sizes import SizeExpr
-from .c_values import SHARED_TYPES, c_array, value_table
+from tensorplan.formats.encoding import encode_plan
+from tensorplan.plan.plan import MemoryPlan, PlannedStorage
+from tensorplan.plan.symbolic.sizes import SizeExpr
+from tensorplan.program import Program
+from tensorplan.report.c_values import SHARED_TYPES, c_array, value_table
 
 
 def plan_to_json(program: Program, name: str = "model") -> dict[str, Any]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..peak import Peak as Peak  # re-exported for the pictures, which draw the peak step
-from ..peak import graph_steps as graph_steps
-from ..peak import peak as peak
-from ..plan import MemoryPlan
+from tensorplan.plan.peak import (
+    Peak as Peak,  # re-exported for the pictures, which draw the peak step
+)
+from tensorplan.plan.peak import graph_steps as graph_steps
+from tensorplan.plan.peak import peak as peak
+from tensorplan.plan.plan import MemoryPlan
 
 XMap = Callable[[float], float]  # a graph's steps -> top-level x coordinate
 

@@ -31,13 +31,13 @@ from typing import Any
 
 import torch
 
-from ..dims import SymbolicPlan
-from ..dsa import DsaInstance
-from ..encoding import dtype_name
-from ..plan import MemoryPlan, PlannedStorage
-from ..planners import Placement
-from ..program import Program
-from .geometry import (
+from tensorplan.formats.dsa import DsaInstance
+from tensorplan.formats.encoding import dtype_name
+from tensorplan.plan.plan import MemoryPlan, PlannedStorage
+from tensorplan.plan.planners import Placement
+from tensorplan.plan.symbolic.dims import SymbolicPlan
+from tensorplan.program import Program
+from tensorplan.report.geometry import (
     KIND_COLOURS,
     KIND_MEANINGS,
     PEAK_COLOUR,
@@ -47,8 +47,8 @@ from .geometry import (
     peak,
     x_maps,
 )
-from .tables import plan_numbers
-from .text import bytes_text, shape_text
+from tensorplan.report.tables import plan_numbers
+from tensorplan.report.text import bytes_text, shape_text
 
 PAGE = """<!DOCTYPE html>
 <html lang="en">

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..patches import Patching
-from .text import bytes_text
+from tensorplan.report.text import bytes_text
+from tensorplan.rewrite.patches import Patching
 
 
 def patching_table(patching: Patching) -> Table:

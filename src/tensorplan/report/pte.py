@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from .text import bytes_text
+from tensorplan.report.text import bytes_text
 
 
 def _ratio(value: int, reference: int) -> str:

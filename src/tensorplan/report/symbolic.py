@@ -9,8 +9,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..plan import MemoryPlan
-from .text import bytes_text
+from tensorplan.plan.plan import MemoryPlan
+from tensorplan.report.text import bytes_text
 
 SWEEP = (8, 4, 2, 1)  # sizes shown: each dim at 1/8, 1/4, 1/2 and all of its range
 SHOWN_HELD = 5        # held storages listed by name

@@ -8,11 +8,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..encoding import dtype_name
-from ..plan import MemoryPlan, PlannedStorage
-from ..program import Program
-from ..spec import SpecTable
-from .text import bytes_text, shape_text
+from tensorplan.formats.encoding import dtype_name
+from tensorplan.plan.plan import MemoryPlan, PlannedStorage
+from tensorplan.program import Program
+from tensorplan.report.text import bytes_text, shape_text
+from tensorplan.specs.spec import SpecTable
 
 SHOWN_VALUES = 3  # values named per storage row before "+N more"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import TensorSpec, _dim_text
+from tensorplan.specs.spec import TensorSpec, _dim_text
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
 

@@ -14,10 +14,10 @@ import math
 import os
 from typing import Any
 
-from ..errors import TensorPlanError
-from ..plan import MemoryPlan, PlannedStorage
-from ..program import Program
-from .geometry import (
+from tensorplan.errors import TensorPlanError
+from tensorplan.plan.plan import MemoryPlan, PlannedStorage
+from tensorplan.program import Program
+from tensorplan.report.geometry import (
     KIND_COLOURS,
     KIND_MEANINGS,
     PEAK_COLOUR,
@@ -28,7 +28,7 @@ from .geometry import (
     peak,
     x_maps,
 )
-from .text import human_bytes
+from tensorplan.report.text import human_bytes
 
 LABELLED = 12          # the largest storages that get a label, when it fits
 LABEL_POINTS = 7       # font size of the labels

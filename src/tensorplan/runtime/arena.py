@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import PlanError
-from ..layout import dense_strides
+from tensorplan.errors import PlanError
+from tensorplan.specs.layout import dense_strides
 
 
 class Arena:

@@ -12,13 +12,13 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError, LayoutError, PlanError
-from ..layout import same_layout
-from ..plan import MemoryPlan
-from ..spec import TensorSpec
-from .arena import Arena
-from .lower import ProgramFacts
-from .shapes import Bindings
+from tensorplan.errors import InputError, LayoutError, PlanError
+from tensorplan.plan.plan import MemoryPlan
+from tensorplan.runtime.arena import Arena
+from tensorplan.runtime.lower import ProgramFacts
+from tensorplan.runtime.shapes import Bindings
+from tensorplan.specs.layout import same_layout
+from tensorplan.specs.spec import TensorSpec
 
 Env = list[Any]
 Step = Callable[[Env, Bindings], None]

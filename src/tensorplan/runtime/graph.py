@@ -14,13 +14,13 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..internal import Locating
-from ..order import scheduled_nodes
-from .args import compile_args
-from .frames import Env, Frames
-from .lower import Lowered, lower_graph
-from .shapes import Bindings
-from .steps import StepContext, SubgraphRun, build_steps
+from tensorplan.internal import Locating
+from tensorplan.runtime.args import compile_args
+from tensorplan.runtime.frames import Env, Frames
+from tensorplan.runtime.lower import Lowered, lower_graph
+from tensorplan.runtime.shapes import Bindings
+from tensorplan.runtime.steps import StepContext, SubgraphRun, build_steps
+from tensorplan.schedule.order import scheduled_nodes
 
 
 class GraphRunner:

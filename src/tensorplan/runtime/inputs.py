@@ -11,11 +11,11 @@ from torch.export import ExportedProgram
 from torch.export._tree_utils import reorder_kwargs
 from torch.utils import _pytree as pytree
 
-from ..errors import InputError
-from ..roles import Roles
-from ..spec import TensorSpec
-from .lower import ProgramFacts
-from .shapes import Bindings
+from tensorplan.errors import InputError
+from tensorplan.frontend.roles import Roles
+from tensorplan.runtime.lower import ProgramFacts
+from tensorplan.runtime.shapes import Bindings
+from tensorplan.specs.spec import TensorSpec
 
 
 def flatten_inputs(in_spec: pytree.TreeSpec, args: tuple, kwargs: Mapping[str, Any]) -> list:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..schemas import signature
+from tensorplan.ops.schemas import signature
 
 _TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
 

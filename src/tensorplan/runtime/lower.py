@@ -31,16 +31,16 @@ import sympy
 import torch
 import torch.fx
 
-from ..alias import Slice
-from ..control_flow import control_flow_op, graph_modules
-from ..errors import UnsupportedOpError
-from ..fold import NOTHING_FOLDED, Folded
-from ..order import scheduled_nodes
-from ..roles import Role, Roles
-from ..schemas import inplace_variant, is_view, returns_sizes
-from ..spec import SpecTable, TensorSpec
-from .kernels import NATIVE_INTO, out_variant
-from .shapes import SymbolicShape, canonical
+from tensorplan.analysis.alias import Slice
+from tensorplan.errors import UnsupportedOpError
+from tensorplan.frontend.roles import Role, Roles
+from tensorplan.ops.control_flow import control_flow_op, graph_modules
+from tensorplan.ops.schemas import inplace_variant, is_view, returns_sizes
+from tensorplan.runtime.kernels import NATIVE_INTO, out_variant
+from tensorplan.runtime.shapes import SymbolicShape, canonical
+from tensorplan.schedule.fold import NOTHING_FOLDED, Folded
+from tensorplan.schedule.order import scheduled_nodes
+from tensorplan.specs.spec import SpecTable, TensorSpec
 
 
 class Kind(enum.Enum):

@@ -22,21 +22,21 @@ import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
-from ..alias import AliasTable
-from ..control_flow import assign
-from ..errors import InputError
-from ..fold import NOTHING_FOLDED, Folded, constant_tensors
-from ..internal import stage
-from ..plan import MemoryPlan
-from ..roles import Role, Roles
-from ..spec import SpecTable
-from ..trace import program_shape_env
-from .arena import Arena
-from .frames import Views
-from .graph import GraphRunner
-from .inputs import bind_inputs, flatten_inputs
-from .lower import ProgramFacts
-from .steps import RunStats, StepContext
+from tensorplan.analysis.alias import AliasTable
+from tensorplan.errors import InputError
+from tensorplan.frontend.roles import Role, Roles
+from tensorplan.internal import stage
+from tensorplan.ops.control_flow import assign
+from tensorplan.plan.plan import MemoryPlan
+from tensorplan.runtime.arena import Arena
+from tensorplan.runtime.frames import Views
+from tensorplan.runtime.graph import GraphRunner
+from tensorplan.runtime.inputs import bind_inputs, flatten_inputs
+from tensorplan.runtime.lower import ProgramFacts
+from tensorplan.runtime.steps import RunStats, StepContext
+from tensorplan.schedule.fold import NOTHING_FOLDED, Folded, constant_tensors
+from tensorplan.specs.spec import SpecTable
+from tensorplan.specs.trace import program_shape_env
 
 
 def _lowest(plan: MemoryPlan) -> dict[str, int]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from ..spec import canonical
+from tensorplan.specs.spec import canonical
 
 Bindings = dict[sympy.Symbol, int]
 

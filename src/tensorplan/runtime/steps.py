@@ -16,13 +16,13 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..control_flow import ControlFlowOp
-from ..spec import TensorSpec
-from .args import compile_args
-from .frames import Env, Step, Views, check_view, check_view_shape
-from .lower import Kind, Lowered
-from .shapes import Bindings, SymbolicShape
-from .unbacked import binder
+from tensorplan.ops.control_flow import ControlFlowOp
+from tensorplan.runtime.args import compile_args
+from tensorplan.runtime.frames import Env, Step, Views, check_view, check_view_shape
+from tensorplan.runtime.lower import Kind, Lowered
+from tensorplan.runtime.shapes import Bindings, SymbolicShape
+from tensorplan.runtime.unbacked import binder
+from tensorplan.specs.spec import TensorSpec
 
 # Runs one subgraph: (inputs, bindings) -> outputs.
 SubgraphRun = Callable[[list[Any], Bindings], list[Any]]

@@ -12,10 +12,10 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
 from torch.utils import _pytree as pytree
 
-from ..errors import InputError
-from ..spec import TensorSpec
-from .frames import Views
-from .shapes import Bindings
+from tensorplan.errors import InputError
+from tensorplan.runtime.frames import Views
+from tensorplan.runtime.shapes import Bindings
+from tensorplan.specs.spec import TensorSpec
 
 
 def _canonical_symbol(shape_env: Any, symbol: sympy.Symbol) -> sympy.Symbol:

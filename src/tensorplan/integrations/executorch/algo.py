@@ -3,7 +3,7 @@
 ExecuTorch's pass gives its algorithm the tensor specs of one graph, each with an inclusive
 lifetime ``[first, last]`` of node indices; the algorithm picks a ``mem_id`` and ``mem_offset``
 for every spec and returns the byte size of each memory arena. This module plans those specs with
-:func:`tensorplan.planners.plan_buffers` instead of ExecuTorch's greedy::
+:func:`tensorplan.plan.planners.plan_buffers` instead of ExecuTorch's greedy::
 
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
@@ -36,9 +36,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tensorplan.errors import PlanError, TensorPlanError
-from tensorplan.planners import Buffer, plan_buffers
-
-from .banks import BankSetup, assign_mem_ids
+from tensorplan.integrations.executorch.banks import BankSetup, assign_mem_ids
+from tensorplan.plan.planners import Buffer, plan_buffers
 
 if TYPE_CHECKING:
     from executorch.exir.memory_planning import MemoryAlgoResult, MemoryPlanningAlgorithmSuite
@@ -53,7 +52,7 @@ def tensorplan_memory_planning(
 ) -> MemoryPlanningAlgorithmSuite:
     """A ``memory_planning_algo`` for ``MemoryPlanningPass`` that plans with tensorplan.
 
-    ``algorithm`` and ``time_limit`` are passed to :func:`~tensorplan.planners.plan_buffers`
+    ``algorithm`` and ``time_limit`` are passed to :func:`~tensorplan.plan.planners.plan_buffers`
     ("auto", "greedy", "optimal" or "naive"). The result is ExecuTorch's own algorithm suite
     running :func:`tensorplan_algo` alone, so ExecuTorch writes the plan onto the specs the
     same way it does for its greedy. Raises ``TensorPlanError`` when executorch is missing.
@@ -85,7 +84,7 @@ def tensorplan_algo(
     lifetime or a storage-backed spec whose base is not planned or that does not fit in it.
 
     With ``banks`` (``banks.BankSetup``), the top-level graph's specs (``banks.top``) get the
-    ``mem_id`` of the bank ``tensorplan.banks.assign`` chooses for them, and a subgraph's the
+    ``mem_id`` of the bank ``tensorplan.banks.choice.assign`` chooses for them, and a subgraph's the
     slowest bank's; each ``mem_id`` is then planned on its own.
     """
     planning = _memory_planning_module()

@@ -1,4 +1,5 @@
-"""Memory banks in a ``.pte``: each bank one ``mem_id``, chosen by ``tensorplan.banks.assign``.
+"""Memory banks in a ``.pte``: each bank one ``mem_id``, chosen by
+``tensorplan.banks.choice.assign``.
 
 ``to_executorch(..., banks=[tp.Bank(...), ...])`` gives bank ``k`` (fastest first) ``mem_id``
 ``k + 1`` (``mem_id`` 0 is ExecuTorch's constant segment). In the method's top-level graph every
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch.fx
 
-from tensorplan.banks import Assignment, Bank, Item, assign, bank_index, check_banks
+from tensorplan.banks.choice import Assignment, Bank, Item, assign, bank_index, check_banks
 from tensorplan.errors import InputError
 
 

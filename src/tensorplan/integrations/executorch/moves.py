@@ -1,8 +1,8 @@
-"""Copies between banks in a ``.pte``: the spills and prefetches ``tensorplan.bank_moves`` picks.
+"""Copies between banks in a ``.pte``: the spills and prefetches ``tensorplan.banks.moves`` picks.
 
 Before the banks of a method's top-level graph are chosen, :func:`plan_copies` offers every
 storage it can copy a copy to another bank at each gap between its accesses, solves
-``bank_moves.plan_moves``, and inserts each chosen copy as ExecuTorch's own copy kernel
+``tensorplan.banks.moves.plan_moves``, and inserts each chosen copy as ExecuTorch's own copy kernel
 (``dim_order_ops::_to_dim_order_copy.out``, the dim order kept) writing a new ``memory.alloc``
 right before the step it was chosen for; the readers from that step on read the copy. The
 source and the copy are pinned to the banks chosen (``BankSetup.spec_pins``), so the planning
@@ -27,9 +27,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from tensorplan.bank_moves import plan_moves
-
-from .banks import (
+from tensorplan.banks.moves import plan_moves
+from tensorplan.integrations.executorch.banks import (
     BankSetup,
     _base,
     _is_alloc,
@@ -39,7 +38,7 @@ from .banks import (
     held_bytes,
     step_names,
 )
-from .order import _written
+from tensorplan.integrations.executorch.order import _written
 
 
 @dataclass(frozen=True)

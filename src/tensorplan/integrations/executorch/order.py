@@ -22,9 +22,12 @@ from typing import Any
 
 import torch.fx
 
-from tensorplan.order import post_order
-
-from .links import StorageGroups, mutable_buffer_specs, spec_references
+from tensorplan.integrations.executorch.links import (
+    StorageGroups,
+    mutable_buffer_specs,
+    spec_references,
+)
+from tensorplan.schedule.order import post_order
 
 Order = list[torch.fx.Node]  # every node of the graph, in run order
 

@@ -39,16 +39,15 @@ from executorch.exir.passes.memory_planning_pass import (
 )
 
 from tensorplan.errors import PlanError
-from tensorplan.planners import Buffer, plan_buffers
-from tensorplan.planners.problem import lower_bound
-from tensorplan.validate import find_violations, plan_error
-
-from . import kernels
-from .algo import tensorplan_memory_planning
-from .banks import BankSetup, bank_arenas
-from .links import Link, LinkRules, apply_links, find_links
-from .moves import Copy, plan_copies, undo_copies
-from .order import apply_order, candidate_orders
+from tensorplan.integrations.executorch import kernels
+from tensorplan.integrations.executorch.algo import tensorplan_memory_planning
+from tensorplan.integrations.executorch.banks import BankSetup, bank_arenas
+from tensorplan.integrations.executorch.links import Link, LinkRules, apply_links, find_links
+from tensorplan.integrations.executorch.moves import Copy, plan_copies, undo_copies
+from tensorplan.integrations.executorch.order import apply_order, candidate_orders
+from tensorplan.plan.planners import Buffer, plan_buffers
+from tensorplan.plan.planners.problem import lower_bound
+from tensorplan.plan.validate import find_violations, plan_error
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class PassOptions:
     algorithm: str = "auto"  # tensorplan planner for the final plan
     overlap_safe: Mapping[str, frozenset[str]] | None = None  # None: kernels.overlap_safe()
     concat: bool | None = None  # None: kernels.cat_in_slices()
-    banks: BankSetup | None = None  # memory banks, one mem_id each (banks.py); None: one arena
+    banks: BankSetup | None = None  # memory banks, one mem_id each (banks.py here); None: one arena
 
 
 @dataclass(frozen=True)

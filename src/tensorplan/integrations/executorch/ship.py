@@ -24,14 +24,18 @@ from typing import Any
 
 import torch
 
-from tensorplan.banks import Bank
+from tensorplan.banks.choice import Bank
 from tensorplan.errors import TensorPlanError
-
-from .algo import _memory_planning_module
-from .banks import BankSetup
-from .fold import apply_folds, choose_folds, foldable_values, frontier
-from .identities import identity_copies_removed
-from .rewrite import linear_without_transposes
+from tensorplan.integrations.executorch.algo import _memory_planning_module
+from tensorplan.integrations.executorch.banks import BankSetup
+from tensorplan.integrations.executorch.fold import (
+    apply_folds,
+    choose_folds,
+    foldable_values,
+    frontier,
+)
+from tensorplan.integrations.executorch.identities import identity_copies_removed
+from tensorplan.integrations.executorch.rewrite import linear_without_transposes
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     constants; ``algorithm``: tensorplan's planner ("auto", "greedy", "optimal", "naive").
     ``banks`` (``tp.Bank``, fastest first): each bank its own ``mem_id`` (1, 2, ...), every
     planned tensor in the bank that makes its traffic cheapest within the capacities
-    (``banks.py``); ``pin`` keeps a node of the ExecuTorch graph (a placeholder: an input or
+    (``tensorplan.banks``); ``pin`` keeps a node of the ExecuTorch graph (a placeholder: an input or
     buffer name) in a bank; ``moves``: a storage may be copied once to another bank where
     that costs less (a spill or a prefetch, ``moves.py``; on by default, ``False`` keeps
     each storage in one bank for its whole life).
@@ -96,7 +100,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     ``out`` may be placed on): for measuring another runtime's kernels, not for shipping.
     """
     _memory_planning_module()
-    from .planning_pass import PassOptions
+    from tensorplan.integrations.executorch.planning_pass import PassOptions
 
     edge = copy.deepcopy(_edge_program(program))
     with torch.no_grad():
@@ -189,7 +193,7 @@ _ALLOCATION_OPTIONS = ("alloc_graph_input", "alloc_graph_output", "alloc_mutable
 def _planning_passes(config: Any, edge: Any, options: Any) -> Any:
     """tensorplan's pass with the allocation options of the config's pass (one per method when
     the config names a pass per method)."""
-    from .planning_pass import TensorplanPlanningPass
+    from tensorplan.integrations.executorch.planning_pass import TensorplanPlanningPass
 
     def replace(given: Any) -> Any:
         kept = {name: getattr(given, name) for name in _ALLOCATION_OPTIONS

@@ -1,0 +1,68 @@
+"""``tensorplan pte TARGET -o F``: an ExecuTorch program carrying tensorplan's plan."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from typing import Any
+
+from tensorplan.cli import options
+from tensorplan.plan.planners.dispatch import PLANNERS
+
+_SWITCHES = (("reuse", "in-place reuse and concatenation in place"),
+             ("reorder", "tensorplan's node order"),
+             ("fold", "choosing the folding of constants"),
+             ("moves", "copies between banks (with --bank)"))
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """The ``pte`` subcommand and its options."""
+    parser = options.target_command(commands, "pte",
+                                    "write an ExecuTorch .pte that carries tensorplan's plan")
+    parser.add_argument("-o", "--output", required=True, metavar="F.pte",
+                        help="where to write the program")
+    parser.add_argument("--algorithm", default="auto", choices=sorted(PLANNERS),
+                        help="planner (default auto)")
+    options.add_switches(parser, _SWITCHES, "lower")
+    options.add_bank_options(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Lower the target with ``to_executorch``, write the ``.pte``, print what it holds."""
+    from tensorplan.cli.targets import target_name
+    from tensorplan.integrations.executorch import executorch_arena_bytes, lower
+    from tensorplan.report.pte import pte_tables
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = _exported(args.target)
+        banks = options.banks(args.bank)
+        shipped = lower(exported, reuse=args.reuse, reorder=args.reorder, fold=args.fold,
+                        algorithm=args.algorithm, banks=banks, pin=dict(args.pin) or None,
+                        moves=args.moves)
+        greedy = executorch_arena_bytes(exported)
+    options.write(args.output, "program",
+                  lambda path: options.write_bytes(path, shipped.manager.buffer))
+    options.console().print(pte_tables(target_name(args.target), shipped, greedy))
+    for method, plan in shipped.methods.items():
+        for mem_id, (bank, arena) in enumerate(zip(banks or (), plan.bank_arenas, strict=False),
+                                               start=1):
+            room = "unbounded" if bank.capacity is None else f"{bank.capacity:,} B"
+            print(f"{method}: bank {bank.name} (mem_id {mem_id}, {room}): arena {arena:,} B")
+        if banks:
+            print(f"{method}: traffic cost {plan.traffic_cost:,.0f} (proven bound "
+                  f"{plan.traffic_cost_bound:,.0f}); copies between banks: {plan.bank_copies}")
+    return 0
+
+
+def _exported(target: str) -> Any:
+    """The target's exported program (a model target is captured, a file is read)."""
+    from tensorplan.cli.targets import load_example, load_exported
+    from tensorplan.frontend.capture import capture
+
+    example = load_example(target)
+    if example is None:
+        return load_exported(target)
+    return capture(example.model, example.args, example.kwargs,
+                   dynamic_shapes=example.dynamic_shapes)

@@ -1,0 +1,176 @@
+"""What ``tensorplan plan TARGET`` plans: a built-in model, a factory, or a saved file.
+
+A target is one of:
+
+- ``zoo:NAME``: a built-in model (``tensorplan.zoo``);
+- ``package.module:factory``: a callable, called without arguments, that returns a
+  ``zoo.Example``, ``(model, args)``, ``(model, args, kwargs)`` or
+  ``(model, args, kwargs, dynamic_shapes)``; the current directory is importable, as under
+  ``python -m``;
+- the path of a file: a program written by ``torch.export.save``, or a tensorplan program file
+  written by ``Program.save``. The two are told apart by content, whatever the file is called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from tensorplan import zoo
+from tensorplan.banks.choice import Bank
+from tensorplan.cli.options import FORMS, banks
+from tensorplan.errors import InputError
+from tensorplan.formats.artifact import is_artifact
+from tensorplan.frontend.capture import capture
+from tensorplan.plan.plan import PlanOptions
+from tensorplan.program import Program, compile, load
+from tensorplan.schedule.schedule import ScheduleOptions
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How a target is compiled: the plan stage's options and the schedule's switches."""
+
+    plan: PlanOptions = PlanOptions()              # planner, alignment, time limit, tuning
+    schedule: ScheduleOptions = ScheduleOptions()  # in-place reuse, node order, folding
+    patches: str | tuple[int, int] | None = None   # patch-by-patch prefix (rewrite/patches.py)
+    banks: tuple[Bank, ...] | None = None          # memory banks, fastest first (tensorplan.banks)
+    pin: tuple[tuple[str, str], ...] = ()          # (value, bank) pins
+
+
+def compile_options(args: argparse.Namespace) -> CompileOptions | None:
+    """Compile options given on the command line, or None when none was given."""
+    given = {
+        key: value
+        for key in ("algorithm", "alignment")
+        if (value := getattr(args, key)) is not None
+    }
+    switches = ScheduleOptions(args.reuse, args.reorder, args.fold)
+    chosen = banks(getattr(args, "bank", None))
+    pins = tuple(getattr(args, "pin", ()))
+    if not given and switches == ScheduleOptions() and args.patches is None and chosen is None \
+            and not pins:
+        return None
+    return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches, args.patches,
+                          chosen, pins)
+
+
+def load_target(target: str, params: CompileOptions | None = None,
+                example: zoo.Example | None = None) -> Program:
+    """Compile the program ``target`` names (see the module docstring for the forms).
+
+    A tensorplan program file keeps its saved plan unless ``params`` is given, in which case
+    its embedded program is planned again with them; every other target is compiled with
+    ``params`` (default ``CompileOptions()``). ``example`` is the target's ``load_example``
+    when the caller has it already: a factory is called once, so the program is compiled from
+    the very model the caller compares it with. A malformed target raises ``InputError``.
+    """
+    example = example or load_example(target)
+    if example is None:
+        return _from_file(target, params)
+    return compile(example.model, example.args, example.kwargs,
+                   dynamic_shapes=example.dynamic_shapes, **_options(params))
+
+
+def load_example(target: str) -> zoo.Example | None:
+    """The eager model and example inputs a model target names; None for a file target."""
+    if os.path.isfile(target) or target.endswith(".pt2"):
+        return None
+    module, colon, attribute = target.partition(":")
+    if not (colon and module and attribute):
+        raise InputError(f"target {target!r}: expected {FORMS}")
+    return zoo.example(attribute) if module == "zoo" else _from_factory(module, attribute)
+
+
+def target_name(target: str) -> str:
+    """A short name for outputs: the zoo name, the factory name, or the file's stem.
+
+    >>> target_name("zoo:tiny_gpt"), target_name("models.vision:make_resnet")
+    ('tiny_gpt', 'make_resnet')
+    """
+    if os.path.isfile(target) or target.endswith(".pt2"):
+        return os.path.splitext(os.path.basename(target))[0]
+    return target.rpartition(":")[2]
+
+
+def _options(params: CompileOptions | None) -> dict[str, Any]:
+    """``compile``'s keywords from ``params`` (the defaults when None)."""
+    options = params or CompileOptions()
+    p, s = options.plan, options.schedule
+    return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit,
+            "planner_params": p.params, "reuse": s.reuse, "reorder": s.reorder, "fold": s.fold,
+            "patches": options.patches, "banks": options.banks, "pin": dict(options.pin) or None}
+
+
+def load_exported(path: str) -> ExportedProgram:
+    """The program in a ``.pt2`` file or a tensorplan program file, not planned yet."""
+    _require_file(path)
+    return load(path).exported_program if is_artifact(path) else capture(path)
+
+
+def _from_file(path: str, params: CompileOptions | None) -> Program:
+    _require_file(path)
+    if params is None and is_artifact(path):
+        return load(path)
+    return compile(load_exported(path), **_options(params))
+
+
+def _require_file(path: str) -> None:
+    if not os.path.isfile(path):
+        raise InputError(f"target {path!r}: no such file")
+
+
+def _from_factory(module_name: str, attribute: str) -> zoo.Example:
+    target = f"{module_name}:{attribute}"
+    factory = getattr(_import(module_name, target), attribute, None)
+    if not callable(factory):
+        raise InputError(f"target {target!r}: module {module_name!r} has no callable "
+                         f"{attribute!r}")
+    try:
+        made = factory()
+    except Exception as error:
+        raise InputError(f"target {target!r}: the factory raised {type(error).__name__}: "
+                         f"{error}") from error
+    return _as_example(made, target)
+
+
+def _import(module_name: str, target: str) -> Any:
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except Exception as error:  # ImportError, or whatever the module raises while it loads
+        raise InputError(f"target {target!r}: cannot import {module_name!r} "
+                         f"({type(error).__name__}: {error}); expected {FORMS}") from error
+
+
+_RETURNS = ("a zoo.Example, (model, args), (model, args, kwargs) or "
+            "(model, args, kwargs, dynamic_shapes) with model an nn.Module, args a tuple or list "
+            "and kwargs a dict")
+
+
+def _as_example(made: Any, target: str) -> zoo.Example:
+    if isinstance(made, zoo.Example):
+        return made
+    if isinstance(made, tuple) and 2 <= len(made) <= 4:
+        model, args, *rest = made
+        kwargs, dynamic_shapes = (*rest, None, None)[:2]
+        if isinstance(model, torch.nn.Module) and isinstance(args, (tuple, list)) \
+                and isinstance(kwargs, (dict, type(None))):
+            return zoo.Example(model, tuple(args), dict(kwargs or {}), dynamic_shapes)
+    raise InputError(f"target {target!r}: the factory returned {_describe(made)}; expected "
+                     f"{_RETURNS}")
+
+
+def _describe(made: Any) -> str:
+    if isinstance(made, tuple):
+        return "(" + ", ".join(type(item).__name__ for item in made) + ")"
+    return type(made).__name__

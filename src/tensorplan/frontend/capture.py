@@ -1,0 +1,147 @@
+"""Stage 1: capture a model as an ``ExportedProgram`` in core ATen."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from tensorplan.errors import CaptureError, FormatError
+from tensorplan.frontend.pt2 import load_exported
+
+# Exception class names of torch.export failures, and what the user can do about each.
+_HINTS: tuple[tuple[str, str], ...] = (
+    ("GuardOnDataDependentSymNode", "the model branches on a data-dependent value: bound it "
+     "with torch._check(...) or rewrite the branch with torch.cond"),
+    ("ConstraintViolation", "a dynamic dim was specialised or its range is wrong: widen or "
+     "narrow the Dim(min, max) in dynamic_shapes as the message suggests"),
+    ("UserError", "follow the torch.export message above; dynamic_shapes must mirror the "
+     "structure of args/kwargs"),
+    ("Unsupported", "the model uses a Python feature torch.export cannot trace; "
+     "see the message above"),
+)
+_DEFAULT_HINT = ("check that the model runs eagerly on these example inputs; "
+                 "torch.export's message above names the failing line")
+
+
+# Words in torch.export's message that say more than the exception class does.
+_MESSAGE_HINTS: tuple[tuple[str, str], ...] = (
+    ("aliasing", "a cond/while_loop/map branch returns (a view of) one of its inputs: return "
+     "a .clone() of it"),
+    ("Constraints violated", "the model needs a condition on a dynamic dim that does not hold "
+     "over the whole Dim(min, max): narrow the range as the message says"),
+)
+_STOP = ("Developer debug context", "from user code:", "The error above", "Set TORCHDYNAMO")
+_CUT = ("For more information", "For more details")  # pointers to logs and pages, not reasons
+_REASON_LINES = 6  # lines of torch.export's message kept in a CaptureError
+
+
+def _reason(error: BaseException) -> str:
+    """The lines of an export error that say what went wrong, without its debug context."""
+    kept = []
+    for line in str(error).splitlines():
+        if any(stop in line for stop in _STOP):
+            break
+        for cut in _CUT:
+            line = line.split(cut)[0]
+        if line.strip():
+            kept.append(line.rstrip()[:200])
+        if len(kept) == _REASON_LINES:
+            break
+    return "\n    ".join(kept)
+
+
+def _hint_for(error: BaseException) -> str:
+    message = str(error)
+    for words, hint in _MESSAGE_HINTS:
+        if words in message:
+            return hint
+    names = {cls.__name__ for cls in type(error).__mro__}
+    for name, hint in _HINTS:
+        if any(name in n for n in names):
+            return hint
+    return _DEFAULT_HINT
+
+
+def _load(path: str | os.PathLike[str]) -> ExportedProgram:
+    if not os.path.exists(path):
+        raise CaptureError(f"capture: no such file {os.fspath(path)!r}; pass a .pt2 file saved "
+                           "with torch.export.save, or a module with example inputs")
+    with open(path, "rb") as file:
+        data = file.read()
+    try:
+        return load_exported(data, os.fspath(path))
+    except FormatError as error:
+        raise CaptureError(f"capture: {os.fspath(path)!r} is not a torch.export program that "
+                           f"can be loaded safely ({error}); re-save it with torch.export.save"
+                           ) from error
+
+
+def _export(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
+            dynamic_shapes: Any) -> ExportedProgram:
+    if not isinstance(model, torch.nn.Module):
+        raise CaptureError(f"capture: expected an nn.Module, an ExportedProgram or a .pt2 path, "
+                           f"got {type(model).__name__}")
+    if args is None:
+        raise CaptureError("capture: example inputs are required to export a module; "
+                           "pass args=(tensor, ...)")
+    try:
+        return torch.export.export(model, tuple(args), kwargs=dict(kwargs or {}),
+                                   dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as error:
+        raise CaptureError(f"capture: torch.export failed on {type(model).__name__} with "
+                           f"{type(error).__name__}: {_reason(error)}\n  hint: {_hint_for(error)}"
+                           ) from error
+
+
+def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
+            args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
+            dynamic_shapes: Any = None) -> ExportedProgram:
+    """Export ``model`` (non-strict) and decompose it to core ATen.
+
+    ``model`` may be an ``nn.Module`` with example ``args``/``kwargs`` and optional
+    ``dynamic_shapes`` (as for ``torch.export.export``), an ``ExportedProgram``, or the path of
+    a ``.pt2`` file written by ``torch.export.save``. The input is never modified: the result is
+    a new program, or the given one when every operator in it is core ATen already (decomposing
+    again would change nothing and takes seconds on a large model). Any export failure raises
+    ``CaptureError`` chained to the original error, with a hint.
+
+    >>> ep = capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    >>> [n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"]
+    ['permute.default', 'addmm.default']
+    """
+    if isinstance(model, (str, os.PathLike)):
+        program = _load(model)
+    elif isinstance(model, ExportedProgram):
+        program = model
+    else:
+        program = _export(model, args, kwargs, dynamic_shapes)
+    if _is_core_aten(program):
+        return program
+    try:
+        return program.run_decompositions()
+    except Exception as error:
+        raise CaptureError(f"capture: decomposition to core ATen failed with "
+                           f"{type(error).__name__}: {error}\n  hint: {_decomposition_hint(error)}"
+                           ) from error
+
+
+def _is_core_aten(program: ExportedProgram) -> bool:
+    """Every ATen call in the program and its subgraphs is a core ATen operator."""
+    return all(
+        torch.Tag.core in node.target.tags
+        for module in program.graph_module.modules() if isinstance(module, torch.fx.GraphModule)
+        for node in module.graph.nodes
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+    )
+
+
+def _decomposition_hint(error: Exception) -> str:
+    """What to try when ``run_decompositions`` fails: depends on what failed."""
+    if "SpecViolation" in type(error).__name__:
+        return ("the exported program itself is inconsistent (torch.export's verifier rejects "
+                "it, with or without tensorplan); export without the extension that made it")
+    return "an operator has no core ATen decomposition; register one or keep it as a custom op"

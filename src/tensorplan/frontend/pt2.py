@@ -1,0 +1,84 @@
+"""Loading ``.pt2`` programs (``torch.export.save`` archives) without running code from them.
+
+``torch.export.load`` reads tensor subclasses, sample inputs and legacy payloads with
+``torch.load(weights_only=False)`` (or after a failed weights-only attempt), custom objects with
+plain pickle, and AOTInductor members as compiled code. Before handing an archive to it, every
+member it would unpickle must load with ``weights_only=True``; object and code members are
+refused outright.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+import zlib
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from tensorplan.errors import FormatError
+
+# Members of a torch.export archive (below its root folder) that hold data, not code.
+_DATA_MEMBERS = ("archive_format", "archive_version", "byteorder", ".data/", "models/",
+                 "data/weights/", "data/constants/", "data/sample_inputs/", "extra/")
+# Constants that torch.export.load reads with plain pickle: arbitrary Python objects.
+_OBJECT_MEMBERS = ("data/constants/custom_obj_", "data/constants/opaque_obj_")
+
+
+def load_exported(data: bytes, where: str) -> ExportedProgram:
+    """The program in a ``.pt2`` archive's bytes; ``FormatError`` naming ``where`` if the
+    archive is damaged, not a torch.export program, or would make torch unpickle objects."""
+    refuse_pickles(data, where)
+    try:
+        return torch.export.load(io.BytesIO(data))
+    except Exception as error:  # torch raises many types on a damaged archive
+        raise FormatError(f"{where}: not a loadable torch.export program "
+                          f"({type(error).__name__}: {error})") from error
+
+
+def refuse_pickles(data: bytes, where: str) -> None:
+    """Raise ``FormatError`` if ``torch.export.load`` would unpickle anything but tensors."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = {name.partition("/")[2]: name for name in archive.namelist()}
+            for relative in members:
+                if not relative.startswith(_DATA_MEMBERS) or relative.startswith(_OBJECT_MEMBERS):
+                    raise FormatError(f"{where}: member {relative!r} holds code or Python "
+                                      "objects, which tensorplan does not load")
+            for relative in _pickled_members(archive, members, where):
+                _load_weights_only(archive.read(members[relative]), f"{where}: {relative}")
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        raise FormatError(f"{where}: not a readable torch.export archive "
+                          f"({type(error).__name__}: {error})") from error
+
+
+def _config_entries(raw: bytes, where: str) -> list[dict[str, Any]]:
+    try:
+        config = json.loads(raw).get("config", {})
+    except (ValueError, AttributeError) as error:
+        raise FormatError(f"{where}: not a valid payload config ({error})") from error
+    if not isinstance(config, dict) or not all(isinstance(e, dict) for e in config.values()):
+        raise FormatError(f"{where}: 'config' must map names to objects")
+    return list(config.values())
+
+
+def _pickled_members(archive: zipfile.ZipFile, members: dict[str, str], where: str) -> list[str]:
+    """Members that torch.export.load reads with ``torch.load``: ``.pt`` files and payloads
+    that a weights or constants config marks ``use_pickle``."""
+    pickled = [relative for relative in members if relative.endswith(".pt")]
+    for config in (r for r in members if r.startswith("data/") and r.endswith("_config.json")):
+        folder = config.rpartition("/")[0]
+        for entry in _config_entries(archive.read(members[config]), f"{where}: {config}"):
+            if entry.get("use_pickle") is True:
+                pickled.append(f"{folder}/{entry.get('path_name')}")
+    return pickled
+
+
+def _load_weights_only(data: bytes, where: str) -> None:
+    try:
+        torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as error:  # the weights-only unpickler raises many types
+        raise FormatError(f"{where}: holds pickled objects other than tensors, which "
+                          f"tensorplan does not unpickle ({type(error).__name__})") from error

@@ -1,0 +1,189 @@
+"""Stage 3b': concatenation in place — each input of a ``cat`` is made in its slice of the output.
+
+A ``cat`` whose inputs die there copies nothing when every input is planned as a strided view
+of its slice of the output's storage: the producers write their results straight into the
+slices, the ``cat`` itself runs no kernel, and inputs and output are never live twice
+(Inception-style blocks, UNet skips, SqueezeNet fire modules). A ``cat``'s inputs are placed
+so, all of them or none (a ``cat`` copying some inputs over others would overlap them), when
+each input satisfies:
+
+- its storage is an activation of the graph the ``cat`` is in (the top-level graph or a
+  control-flow subgraph: never a subgraph's input or output, which are its caller's) read by
+  nothing after the ``cat`` (every value in it: views and in-place reuses included), and no
+  other input of the same ``cat`` lives in it;
+- every value in its storage that a kernel writes (not a view) has the input's shape and
+  layout, and the ``cat`` output has that layout too: the slice is the output's strides over
+  the input's shape, at the offset of its first element;
+- all sizes are static.
+
+It is done only where it keeps or lowers the bound of the graph it is in: the output's storage
+is then live from the first input's definition, which can cost more than it saves when an
+input is made long before the ``cat``. The result is a new ``AliasTable`` whose ``slices``
+give each placed value's offset and strides inside the output's storage.
+
+Worked example: ``cat([conv_a(x), conv_b(x)], dim=1)`` with both convolutions read only by the
+``cat``: ``convolution`` lives at offset 0 of ``cat``'s storage, ``convolution_1`` at the
+offset of channel ``a``'s width, both with ``cat``'s strides.
+
+A ``constant_pad_nd`` (padding only, no cropping) is placed the same way with its one input:
+the input is made in the interior of the padded output (offset of the first interior element,
+the output's strides), and the pad only writes the border (``runtime``'s ``Kind.PADDED``).
+MobileNetV2's ``pad`` before each strided depthwise convolution then costs no second buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+
+from tensorplan.analysis.alias import AliasTable, MergedStorages, Slice
+from tensorplan.analysis.liveness import lifetimes
+from tensorplan.ops.control_flow import graph_modules
+from tensorplan.ops.schemas import is_view
+from tensorplan.plan.planners import Buffer, lower_bound
+from tensorplan.schedule.reuse import last_reads, same_memory_layout
+from tensorplan.specs.layout import same_layout
+from tensorplan.specs.spec import SpecTable, TensorSpec
+
+_CAT = torch.ops.aten.cat.default
+_PAD = torch.ops.aten.constant_pad_nd.default
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """One graph walked: its value-name prefix, its nodes by value name, its order."""
+
+    prefix: str                      # "" at the top, "<submodule>/" inside a subgraph
+    nodes: dict[str, torch.fx.Node]  # value name (prefix + node name) -> node
+    order: tuple[str, ...]           # value names in execution order
+
+
+def _graphs(program: ExportedProgram, order: Sequence[str]) -> list[_Graph]:
+    """The top-level graph in ``order`` and every control-flow subgraph in its graph order."""
+    graphs = []
+    for module, prefix in graph_modules(program.graph_module):
+        nodes = {prefix + node.name: node for node in module.graph.nodes}
+        graphs.append(_Graph(prefix, nodes, tuple(order) if not prefix else tuple(nodes)))
+    return graphs
+
+
+def _bound(program: ExportedProgram, alias: AliasTable, order: Sequence[str], graph: str) -> int:
+    """One graph's bound: the most bytes of its own storages live at one step."""
+    own = lifetimes(program, alias, order)[graph]
+    return lower_bound([Buffer(alias.storages[lt.storage].nbytes, lt.start, lt.end)
+                        for lt in own.lifetimes])
+
+
+def _writes_like(values: Sequence[str], nodes: dict[str, torch.fx.Node], specs: SpecTable,
+                 spec: TensorSpec) -> bool:
+    """Every value a kernel writes (not a view) has ``spec``'s shape and layout."""
+    for value in values:
+        node = nodes[value.partition("[")[0]]
+        if isinstance(node.target, torch._ops.OpOverload) and is_view(node.target):
+            continue
+        other = specs.spec_of(value)
+        if other is None or not same_memory_layout(spec, other):
+            return False
+    return True
+
+
+def _interior(node: torch.fx.Node, specs: SpecTable, prefix: str
+              ) -> list[tuple[torch.fx.Node, Slice]] | None:
+    """The input of a static ``constant_pad_nd`` (no negative padding) with the interior of
+    the output it fills, or None."""
+    out, arg = specs.spec_of(prefix + node.name), node.args[0]
+    spec = specs.spec_of(prefix + arg.name) if isinstance(arg, torch.fx.Node) else None
+    pads = list(node.args[1])
+    if out is None or spec is None or out.is_dynamic or spec.is_dynamic or spec.is_empty \
+            or spec.dtype != out.dtype or any(not isinstance(p, int) or p < 0 for p in pads):
+        return None
+    before = [0] * (len(out.shape) - len(pads) // 2) + pads[0::2][::-1]
+    offset = sum(b * stride for b, stride in zip(before, out.strides, strict=True))
+    return [(arg, Slice(offset * out.dtype.itemsize, out.strides))]
+
+
+def _slices(node: torch.fx.Node, specs: SpecTable, prefix: str
+            ) -> list[tuple[torch.fx.Node, Slice]] | None:
+    """Each input of a static ``cat`` with its slice of the output (the input of a pad with
+    the interior it fills), or None."""
+    if node.target is _PAD:
+        return _interior(node, specs, prefix)
+    out = specs.spec_of(prefix + node.name)
+    inputs = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if out is None or out.is_dynamic or not all(isinstance(a, torch.fx.Node) for a in inputs):
+        return None
+    dim %= len(out.shape)
+    placed, start = [], 0
+    for arg in inputs:
+        spec = specs.spec_of(prefix + arg.name)
+        if spec is not None and spec.is_empty:
+            continue  # nothing to place (also the 1-D ``(0,)`` input of any rank cat skips)
+        if spec is None or spec.is_dynamic or spec.dtype != out.dtype:
+            return None
+        placed.append((arg, Slice(start * out.strides[dim] * out.dtype.itemsize, out.strides)))
+        start += spec.shape[dim]
+    return placed
+
+
+def _is_view(value: str, nodes: dict[str, torch.fx.Node]) -> bool:
+    node = nodes[value.partition("[")[0]]
+    return isinstance(node.target, torch._ops.OpOverload) and is_view(node.target)
+
+
+def _place(merged: MergedStorages, cat: torch.fx.Node, step: int, specs: SpecTable,
+           graph: _Graph) -> dict[str, Slice]:
+    """Merge every input of ``cat`` that can be made in place into its output's storage;
+    return the slices of the values moved."""
+    prefix = graph.prefix
+    out = specs.spec_of(prefix + cat.name)
+    into = merged.of(prefix + cat.name)
+    placed = _slices(cat, specs, prefix)
+    if placed is None or into is None or merged.alias.storages[into].kind != "activation" \
+            or merged.alias.storages[into].graph != prefix:
+        return {}
+    last = last_reads([graph.nodes[name] for name in graph.order], merged.table(), prefix)
+    inputs = [arg for arg, _ in placed]
+    storages = [merged.of(prefix + arg.name) for arg in inputs]
+    for arg, storage in zip(inputs, storages, strict=True):
+        spec = specs.spec_of(prefix + arg.name)
+        kept = merged.alias.storages.get(storage) if storage is not None else None
+        if kept is None or storage == into or kept.kind != "activation" \
+                or kept.graph != prefix or last.get(storage) != step \
+                or storages.count(storage) != 1 \
+                or not same_layout(spec.shape, spec.dim_order, out.dim_order) \
+                or not _writes_like(merged.values[storage], graph.nodes, specs, spec):
+            return {}
+    slices = {}
+    for (_, where), storage in zip(placed, storages, strict=True):
+        slices.update({v: where for v in merged.values[storage]
+                       if not _is_view(v, graph.nodes)})
+        merged.merge(into, storage)
+    return slices
+
+
+def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
+                    order: Sequence[str]) -> AliasTable:
+    """The alias table with the inputs of every ``cat`` (and ``constant_pad_nd``) that can be
+    made in place moved into slices of its output's storage, walking the top-level graph in
+    ``order`` and each control-flow subgraph in its graph order; a ``cat`` is kept as it is
+    when placing its inputs would raise the bound of its graph.
+
+    Pure: the program and the given table are not modified.
+    """
+    table = alias
+    for graph in _graphs(program, order):
+        for step, name in enumerate(graph.order):
+            node = graph.nodes[name]
+            if node.target not in (_CAT, _PAD):
+                continue
+            trial = MergedStorages(table)
+            slices = _place(trial, node, step, specs, graph)
+            if slices and _bound(program, trial.table(slices), order, graph.prefix) \
+                    <= _bound(program, table, order, graph.prefix):
+                table = trial.table(slices)
+    return table

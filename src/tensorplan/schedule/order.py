@@ -1,0 +1,158 @@
+"""Stage 3c: node orders for the top-level graph — the candidates a memory-aware schedule picks
+from.
+
+Every order runs the placeholders first and the output node last, and every node after the
+nodes it reads. Three candidates (as in PyTorch inductor's ``memory.py``):
+
+- ``exported``: the graph order torch.export produced;
+- ``memory-greedy``: list scheduling that runs next the ready node adding the fewest live bytes
+  (bytes of the storages it starts, minus those of the storages it is the last reader of), ties
+  broken by exported position;
+- ``depth-first``: a post-order walk from the outputs, each node right after the subtrees it
+  reads, so a branch finishes before the next starts.
+
+``compile`` plans each (after in-place reuse, which depends on the order) and keeps the one
+with the smallest arena, the exported order on a tie.
+
+Worked example: ``a = x.exp(); b = x.sin(); c = a.sum(); d = b.sum()`` exported as
+``a, b, c, d`` holds ``a`` and ``b`` together; ``memory-greedy`` runs ``a, c, b, d``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TypeVar
+
+import torch.fx
+
+from tensorplan.analysis.alias import AliasTable
+
+Order = tuple[str, ...]  # top-level node names in run order
+
+
+def scheduled_nodes(graph: torch.fx.Graph, schedule: Sequence[str] | None) -> list[torch.fx.Node]:
+    """The graph's nodes in ``schedule`` order (node names), or in graph order without one."""
+    if schedule is None:
+        return list(graph.nodes)
+    by_name = {node.name: node for node in graph.nodes}
+    return [by_name[name] for name in schedule]
+
+
+def _split(graph: torch.fx.Graph) -> tuple[list, list, torch.fx.Node]:
+    nodes = list(graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    body = [n for n in nodes if n.op not in ("placeholder", "output")]
+    return placeholders, body, nodes[-1]
+
+
+def exported_order(graph: torch.fx.Graph) -> Order:
+    """The graph order."""
+    return tuple(node.name for node in graph.nodes)
+
+
+def _storages(alias: AliasTable, node: torch.fx.Node) -> tuple[int, ...]:
+    return tuple(s for s in alias.storage_ids(node.name) if not alias.storages[s].graph)
+
+
+def _readers(alias: AliasTable, nodes: Sequence[torch.fx.Node],
+             output: torch.fx.Node) -> dict[int, set[torch.fx.Node]]:
+    """Storage -> the nodes that define or read one of its values (the output node aside)."""
+    pending: dict[int, set[torch.fx.Node]] = {}
+    for node in nodes:
+        for storage in _storages(alias, node):
+            users = pending.setdefault(storage, set())
+            if node.op != "placeholder":
+                users.add(node)
+            users.update(u for u in node.users if u is not output)
+    return pending
+
+
+def memory_greedy_order(graph: torch.fx.Graph, alias: AliasTable) -> Order:
+    """List scheduling: the ready node that adds the fewest live bytes runs next."""
+    placeholders, body, output = _split(graph)
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    waiting = {node: {n for n in node.all_input_nodes if n.op != "placeholder"} for node in body}
+    pending = _readers(alias, list(graph.nodes), output)
+    touches: dict[torch.fx.Node, list[int]] = {}
+    for storage, users in pending.items():
+        for user in users:
+            touches.setdefault(user, []).append(storage)
+    kept = {s for node in output.all_input_nodes for s in _storages(alias, node)}
+    live = {s for node in placeholders for s in _storages(alias, node)}
+    ready = [node for node in body if not waiting[node]]
+    order = [node.name for node in placeholders]
+
+    def added(node: torch.fx.Node) -> tuple[int, int]:
+        started = {s for s in _storages(alias, node) if s not in live}
+        ends = {s for s in touches.get(node, ()) if pending[s] == {node} and s not in kept}
+        size = alias.storages
+        return sum(size[s].nbytes for s in started - ends) - sum(
+            size[s].nbytes for s in ends - started), position[node]
+
+    while ready:
+        node = min(ready, key=added)
+        ready.remove(node)
+        order.append(node.name)
+        live.update(_storages(alias, node))
+        for storage in touches.get(node, ()):
+            pending[storage].discard(node)
+        for user in node.users:
+            if user in waiting:
+                waiting[user].discard(node)
+                if not waiting[user]:
+                    ready.append(user)
+    return (*order, output.name)
+
+
+Item = TypeVar("Item", bound=Hashable)
+
+
+def post_order(roots: Iterable[Item], inputs_of: Callable[[Item], Sequence[Item]],
+               done: set[Item]) -> list[Item]:
+    """Every root and everything it reads (``inputs_of``, transitively), each after its
+    inputs, depth first in the roots' and the inputs' order; items in ``done`` are skipped,
+    and ``done`` gains every item listed.
+
+    >>> post_order(["c"], {"c": ["a", "b"], "b": ["a"], "a": []}.__getitem__, set())
+    ['a', 'b', 'c']
+    """
+    order: list[Item] = []
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            item, expanded = stack.pop()
+            if item in done:
+                continue
+            if expanded:
+                done.add(item)
+                order.append(item)
+                continue
+            stack.append((item, True))
+            stack.extend((i, False) for i in reversed(inputs_of(item)) if i not in done)
+    return order
+
+
+def depth_first_order(graph: torch.fx.Graph) -> Order:
+    """Post-order from the outputs; nodes no output needs run right after their last input."""
+    placeholders, body, output = _split(graph)
+    done = {node for node in placeholders}
+    order = post_order(output.all_input_nodes, lambda n: n.all_input_nodes, done)
+    for node in body:
+        if node not in done:
+            after = max((order.index(n) for n in node.all_input_nodes if n in order),
+                        default=-1)
+            order.insert(after + 1, node)
+            done.add(node)
+    return (*(n.name for n in placeholders), *(n.name for n in order), output.name)
+
+
+def candidate_orders(graph: torch.fx.Graph, alias: AliasTable) -> dict[str, Order]:
+    """The distinct candidate orders by name, the exported one first."""
+    candidates = {"exported": exported_order(graph),
+                  "memory-greedy": memory_greedy_order(graph, alias),
+                  "depth-first": depth_first_order(graph)}
+    distinct: dict[str, Order] = {}
+    for name, schedule in candidates.items():
+        if schedule not in distinct.values():
+            distinct[name] = schedule
+    return distinct

@@ -1,0 +1,129 @@
+"""One fake-tensor re-trace of a program, in the program's own fake mode and ShapeEnv.
+
+The trace is the single source of the values every spec is built from (DESIGN rule 1). It walks
+the top-level graph and every subgraph of a control-flow node (``control_flow.py``), and
+rebinds fresh unbacked symbols to the ones the ShapeEnv already holds ranges for, so that
+``torch._check`` bounds recorded at export time apply to the re-traced sizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
+from torch.export import ExportedProgram
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, rebind_unbacked
+
+from tensorplan.errors import CaptureError, UnsupportedOpError
+from tensorplan.ops.control_flow import ControlFlowOp, control_flow_op
+from tensorplan.specs.spec import TensorSpec
+
+
+@dataclass(frozen=True)
+class TracedValue:
+    """One node's value in the re-trace."""
+
+    node: torch.fx.Node   # the node in the caller's (unmodified) graph
+    value: Any            # fake tensor, tuple of them, SymInt, int, None ...
+    carried: bool         # True when the node is opaque and keeps the spec it already carries
+
+
+def carried_spec(node: torch.fx.Node) -> Any:
+    """The spec an opaque node (a lowered or delegate call) already carries, or None."""
+    spec = node.meta.get("spec")
+    is_opaque = node.op == "call_module" or (
+        node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload)
+        and control_flow_op(node) is None)
+    if not is_opaque:
+        return None
+    if isinstance(spec, TensorSpec) or (
+            isinstance(spec, tuple) and all(s is None or isinstance(s, TensorSpec) for s in spec)):
+        return spec
+    return None
+
+
+class _Retrace(torch.fx.Interpreter):
+    """Runs a graph on fake values, recording each node's value under ``prefix + name``."""
+
+    def __init__(self, module: torch.fx.GraphModule, shape_env: ShapeEnv | None, prefix: str,
+                 values: dict[str, TracedValue]) -> None:
+        super().__init__(module)
+        self.shape_env = shape_env
+        self.prefix = prefix
+        self.values = values
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op == "output":
+            return super().run_node(n)
+        if carried_spec(n) is not None:
+            result, carried = n.meta.get("val"), True
+        else:
+            result, carried = self._execute(n), False
+        self.values[self.prefix + n.name] = TracedValue(n, result, carried)
+        described = control_flow_op(n)
+        if described is not None:
+            self._trace_subgraphs(n, described)
+        return result
+
+    def _execute(self, n: torch.fx.Node) -> Any:
+        try:
+            result = super().run_node(n)
+        except Exception as error:
+            raise UnsupportedOpError(
+                f"propagate: re-tracing node {n.name!r} ({n.format_node()}) failed with "
+                f"{type(error).__name__}: {error}; if this op has no fake/meta kernel, register "
+                "one with torch.library.register_fake") from error
+        if self.shape_env is not None:
+            rebind_unbacked(self.shape_env, n, result)
+        return result
+
+    def _trace_subgraphs(self, n: torch.fx.Node, described: ControlFlowOp) -> None:
+        inputs = described.traced_inputs(self.map_nodes_to_values(n.args, n))
+        for graph_node in described.subgraph_nodes(n):
+            submodule = self.fetch_attr(graph_node.target)
+            prefix = f"{self.prefix}{graph_node.target}/"
+            _Retrace(submodule, self.shape_env, prefix, self.values).run(
+                *inputs, enable_io_processing=False)
+
+
+def program_shape_env(program: ExportedProgram) -> tuple[Any, ShapeEnv | None]:
+    """The fake mode and ShapeEnv the program's values were traced in."""
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and getattr(value, "fake_mode", None) is not None:
+            return value.fake_mode, value.fake_mode.shape_env
+    return None, None
+
+
+def retrace(program: ExportedProgram) -> dict[str, TracedValue]:
+    """Re-trace ``program`` once with fake tensors; map every value name to its traced value.
+
+    Keys are top-level node names and ``"<submodule>/<node>"`` inside subgraphs. The program is
+    not modified (no ``node.meta`` is written).
+    """
+    fake_mode, shape_env = program_shape_env(program)
+    if fake_mode is None:
+        raise CaptureError("propagate: the program carries no fake values (meta['val']); "
+                           "capture it with tp.capture or torch.export.export")
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    inputs = [_placeholder_value(n) for n in placeholders]
+    values: dict[str, TracedValue] = {}
+    fresh = shape_env.ignore_fresh_unbacked_symbols() if shape_env else contextlib.nullcontext()
+    # the Python dispatcher lets symbolic shapes through kernels that would otherwise read
+    # concrete sizes (constant_pad_nd's C++ kernel guards Eq(s, example) and fixes the dim);
+    # forward values need no autograd
+    with fake_mode, enable_python_dispatcher(), torch.no_grad(), fresh:
+        _Retrace(program.graph_module, shape_env, "", values).run(
+            *inputs, enable_io_processing=False)
+    return values
+
+
+def _placeholder_value(node: torch.fx.Node) -> Any:
+    if "val" not in node.meta:
+        raise CaptureError(f"propagate: input {node.name!r} has no traced value (meta['val']); "
+                           "capture the model with tp.capture")
+    return node.meta["val"]

@@ -1,0 +1,402 @@
+"""``transformers`` models built from small configs with random weights (``zoo:hf_*`` targets).
+
+Nothing is downloaded: every model is built from its config class, so no hub access happens.
+``transformers`` is imported inside the factories, so listing the names stays cheap. Each model
+is wrapped so that it takes plain tensors and returns a plain tensor (or a tuple of them), which
+``torch.export.export(..., strict=False)`` captures without pytree registrations.
+
+Configs (all float32, batch 1 unless the batch is dynamic):
+
+- ``hf_gpt2``: GPT-2 LM head, 2 layers, n_embd 128, 4 heads, vocab 1000, 64 tokens;
+  ``hf_gpt2_dynamic`` the same with ``seq`` in ``[2, 64]``;
+- ``hf_bert``: BERT encoder + pooler, 2 layers, hidden 128, 4 heads, intermediate 512,
+  vocab 1000, 64 tokens; ``hf_bert_dynamic`` the same with ``seq`` in ``[2, 64]``;
+- ``hf_vit``: ViT classifier, 2 layers, hidden 128, 4 heads, image 32, patch 8, 10 labels;
+- ``hf_mobilenet_v2``: MobileNetV2 classifier, depth multiplier 0.35, image 96, 10 labels;
+- ``hf_llama``: Llama causal LM (RMSNorm, rotary positions, SwiGLU, grouped-query attention),
+  2 layers, hidden 128, 4 query and 2 key/value heads, intermediate 344, vocab 1000, 64 tokens;
+- ``hf_t5_encoder``: T5 encoder (relative position bias, RMS layer norm), 2 layers, d_model 128,
+  4 heads of 32, d_ff 512, vocab 1000, 64 tokens; returns the last hidden state;
+- ``hf_distilbert``: DistilBERT encoder, 2 layers, dim 128, 4 heads, hidden 512, vocab 1000,
+  64 tokens; returns the last hidden state;
+- ``hf_deit``: DeiT classifier, 2 layers, hidden 128, 4 heads, image 32, patch 8, 10 labels;
+- ``hf_convnext``: ConvNeXt classifier, widths 16/32/64/128, depths 1/1/2/1, image 64, 10 labels;
+- ``hf_mobilevit``: MobileViT classifier, hidden 32/48/64, image 64, 10 labels;
+- ``hf_resnet``: ResNet classifier (basic blocks), widths 16/32/64/128, one block per stage,
+  image 64, 10 labels;
+- ``hf_swin``: Swin classifier, embed 32, depths 1/1/2, heads 2/4/8, window 4, patch 4,
+  image 64, 10 labels;
+- ``hf_bart``: BART encoder-decoder LM, 2 + 2 layers, d_model 128, 4 heads, ffn 512,
+  vocab 1000, 64 encoder and 16 decoder tokens; returns the logits;
+- ``hf_t5``: T5 encoder-decoder LM (its decoder's cache code on, as by default), 2 + 2 layers,
+  d_model 128, 4 heads of 32, d_ff 512, vocab 1000, 64 encoder and 16 decoder tokens;
+- ``hf_olmoe``: OLMoE causal LM, 2 layers, hidden 64, 4 heads, top-2 of 8 experts of 64
+  (transformers' ``batched_mm`` experts), vocab 1000, 32 tokens;
+- ``hf_qwen2_moe``: Qwen2-MoE causal LM, 2 layers, hidden 64, 4 query and 2 key/value heads,
+  top-2 of 4 experts of 64 (``batched_mm``) and a gated shared expert of 128, vocab 1000,
+  32 tokens;
+- ``hf_wav2vec2``: Wav2Vec2 encoder, 3 conv feature layers of 32 (kernels 10/3/3, strides
+  5/2/2), positional conv of 16, 2 transformer layers, hidden 64, 4 heads, intermediate 128,
+  on 0.5 s of 16 kHz audio (8000 samples); returns the last hidden state;
+- ``hf_llama_static_cache``: ``hf_llama``'s config wrapped by ``transformers``'
+  ``TorchExportableModuleWithStaticCache`` (``transformers.integrations.executorch``), a
+  static KV cache of 32 positions in mutable buffers; one decode step, a token id and its
+  cache position in, the logits out;
+- ``hf_bert_batch_dynamic``: ``hf_bert`` with two dynamic dims, batch in ``[1, 4]`` and seq
+  in ``[2, 64]`` (example batch 2, 16 tokens).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.export import Dim
+
+from tensorplan.zoo.base import Example
+
+VOCAB = 1000      # vocabulary of the language models
+SEQ = 64          # tokens of the static inputs, and the upper bound of the dynamic ones
+SEQ_EXAMPLE = 16  # tokens of the example input of the dynamic variants
+DECODER_SEQ = 16  # decoder tokens of the encoder-decoder models
+MOE_SEQ = 32      # tokens of the mixture-of-experts models
+CACHE_LEN = 32    # positions of the static KV cache
+MAX_BATCH = 4     # upper bound of the dynamic batch
+AUDIO_SAMPLES = 8000  # 0.5 s of 16 kHz audio
+
+
+class LogitsOnly(nn.Module):
+    """Calls a ``transformers`` model with plain tensors and returns its first output."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x, return_dict=False)[0]
+
+
+class EncoderOutputs(nn.Module):
+    """Calls a ``transformers`` encoder and returns ``(last_hidden_state, pooled)``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor,
+                attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden, pooled = self.model(input_ids, attention_mask=attention_mask,
+                                    return_dict=False)[:2]
+        return hidden, pooled
+
+
+class Seq2SeqLogits(nn.Module):
+    """Calls a ``transformers`` encoder-decoder on encoder and decoder token ids; returns the
+    logits."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids, decoder_input_ids=decoder_input_ids, return_dict=False)[0]
+
+
+class StaticCacheStep(nn.Module):
+    """One decode step of a ``TorchExportableModuleWithStaticCache``, token ids and cache
+    position in, logits out.
+
+    Non-strict export swaps a module's own buffers for traced ones, but not the tensors the
+    cache object holds (the same tensors, reached another way), which it would lift as
+    constants written in place; so each call first points the cache's layers at the module's
+    buffers (eagerly they are the same tensors: nothing changes).
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.module.static_cache.layers):
+            layer.keys = getattr(self.module, f"key_cache_{i}")
+            layer.values = getattr(self.module, f"value_cache_{i}")
+            layer.cumulative_length = getattr(self.module, f"cumulative_length_{i}")
+        return self.module(input_ids=input_ids, cache_position=cache_position)
+
+
+def _gpt2_model() -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=128, n_layer=2, n_head=4,
+                        bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
+                        use_cache=False)
+    return LogitsOnly(GPT2LMHeadModel(config)).eval()
+
+
+def _bert_model() -> nn.Module:
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=512,
+                        max_position_embeddings=SEQ, use_cache=False)
+    return EncoderOutputs(BertModel(config)).eval()
+
+
+def _tokens(seq: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (1, seq))
+
+
+def _image(size: int) -> tuple[torch.Tensor]:
+    return (torch.randn(1, 3, size, size),)
+
+
+def _seq_dim() -> Dim:
+    return Dim("seq", min=2, max=SEQ)
+
+
+def hf_gpt2() -> Example:
+    """GPT-2 (2 layers, 128 wide) on 64 tokens; returns the logits ``(1, 64, 1000)``."""
+    return Example(_gpt2_model(), (_tokens(SEQ),))
+
+
+def hf_gpt2_dynamic() -> Example:
+    """GPT-2 as ``hf_gpt2`` with the sequence length dynamic in ``[2, 64]``."""
+    return Example(_gpt2_model(), (_tokens(SEQ_EXAMPLE),), dynamic_shapes=({1: _seq_dim()},))
+
+
+def hf_bert() -> Example:
+    """BERT (2 layers, hidden 128) on 64 tokens with a padding mask; returns hidden and pooled."""
+    mask = torch.ones(1, SEQ, dtype=torch.long)
+    mask[:, SEQ - 8:] = 0
+    return Example(_bert_model(), (_tokens(SEQ), mask))
+
+
+def hf_bert_dynamic() -> Example:
+    """BERT as ``hf_bert`` with the sequence length dynamic in ``[2, 64]``."""
+    seq = _seq_dim()
+    mask = torch.ones(1, SEQ_EXAMPLE, dtype=torch.long)
+    return Example(_bert_model(), (_tokens(SEQ_EXAMPLE), mask),
+                   dynamic_shapes=({1: seq}, {1: seq}))
+
+
+def hf_vit() -> Example:
+    """ViT classifier (2 layers, hidden 128, 32x32 image, 8x8 patches); returns 10 logits."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    config = ViTConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=512, image_size=32, patch_size=8, num_labels=10)
+    return Example(LogitsOnly(ViTForImageClassification(config)).eval(), _image(32))
+
+
+def hf_mobilenet_v2() -> Example:
+    """MobileNetV2 classifier (depth multiplier 0.35, 96x96 image); returns 10 logits."""
+    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+
+    config = MobileNetV2Config(depth_multiplier=0.35, image_size=96, num_labels=10)
+    return Example(LogitsOnly(MobileNetV2ForImageClassification(config)).eval(), _image(96))
+
+
+def hf_llama() -> Example:
+    """Llama (2 layers, hidden 128, grouped-query attention) on 64 tokens; returns the logits."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=344,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=SEQ, use_cache=False)
+    return Example(LogitsOnly(LlamaForCausalLM(config)).eval(), (_tokens(SEQ),))
+
+
+def hf_t5_encoder() -> Example:
+    """T5 encoder (2 layers, d_model 128) on 64 tokens; returns the last hidden state."""
+    from transformers import T5Config, T5EncoderModel
+
+    config = T5Config(vocab_size=VOCAB, d_model=128, d_kv=32, d_ff=512, num_layers=2,
+                      num_heads=4, use_cache=False)
+    return Example(LogitsOnly(T5EncoderModel(config)).eval(), (_tokens(SEQ),))
+
+
+def hf_distilbert() -> Example:
+    """DistilBERT (2 layers, dim 128) on 64 tokens; returns the last hidden state."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    config = DistilBertConfig(vocab_size=VOCAB, dim=128, n_layers=2, n_heads=4, hidden_dim=512,
+                              max_position_embeddings=SEQ)
+    return Example(LogitsOnly(DistilBertModel(config)).eval(), (_tokens(SEQ),))
+
+
+def hf_deit() -> Example:
+    """DeiT classifier (2 layers, hidden 128, 32x32 image, 8x8 patches); returns 10 logits."""
+    from transformers import DeiTConfig, DeiTForImageClassification
+
+    config = DeiTConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=512, image_size=32, patch_size=8, num_labels=10)
+    return Example(LogitsOnly(DeiTForImageClassification(config)).eval(), _image(32))
+
+
+def hf_convnext() -> Example:
+    """ConvNeXt classifier (widths 16 to 128, 64x64 image); returns 10 logits."""
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+
+    config = ConvNextConfig(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 2, 1], image_size=64,
+                            num_labels=10)
+    return Example(LogitsOnly(ConvNextForImageClassification(config)).eval(), _image(64))
+
+
+def hf_mobilevit() -> Example:
+    """MobileViT classifier (hidden 32/48/64, 64x64 image); returns 10 logits."""
+    from transformers import MobileViTConfig, MobileViTForImageClassification
+
+    config = MobileViTConfig(image_size=64, hidden_sizes=[32, 48, 64],
+                             neck_hidden_sizes=[8, 16, 24, 24, 32, 48, 160], num_labels=10)
+    return Example(LogitsOnly(MobileViTForImageClassification(config)).eval(), _image(64))
+
+
+def hf_resnet() -> Example:
+    """ResNet classifier (basic blocks, widths 16 to 128, 64x64 image); returns 10 logits."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    config = ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                          layer_type="basic", num_labels=10)
+    return Example(LogitsOnly(ResNetForImageClassification(config)).eval(), _image(64))
+
+
+def hf_swin() -> Example:
+    """Swin classifier (embed 32, depths 1/1/2, window 4, 64x64 image); returns 10 logits."""
+    from transformers import SwinConfig, SwinForImageClassification
+
+    config = SwinConfig(image_size=64, patch_size=4, embed_dim=32, depths=[1, 1, 2],
+                        num_heads=[2, 4, 8], window_size=4, num_labels=10)
+    return Example(LogitsOnly(SwinForImageClassification(config)).eval(), _image(64))
+
+
+def hf_bart() -> Example:
+    """BART encoder-decoder LM (2 + 2 layers, d_model 128) on 64 encoder and 16 decoder tokens;
+    returns the logits ``(1, 16, 1000)``."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    config = BartConfig(vocab_size=VOCAB, d_model=128, encoder_layers=2, decoder_layers=2,
+                        encoder_attention_heads=4, decoder_attention_heads=4,
+                        encoder_ffn_dim=512, decoder_ffn_dim=512, max_position_embeddings=SEQ)
+    return Example(Seq2SeqLogits(BartForConditionalGeneration(config)).eval(),
+                   (_tokens(SEQ), _tokens(DECODER_SEQ)))
+
+
+def hf_t5() -> Example:
+    """T5 encoder-decoder LM (2 + 2 layers, d_model 128, the decoder's cache on) on 64 encoder
+    and 16 decoder tokens; returns the logits ``(1, 16, 1000)``."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=VOCAB, d_model=128, d_kv=32, d_ff=512, num_layers=2,
+                      num_decoder_layers=2, num_heads=4)
+    return Example(Seq2SeqLogits(T5ForConditionalGeneration(config)).eval(),
+                   (_tokens(SEQ), _tokens(DECODER_SEQ)))
+
+
+def hf_olmoe() -> Example:
+    """OLMoE causal LM (2 layers, hidden 64, top-2 of 8 experts through ``batched_mm``) on
+    32 tokens; returns the logits."""
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    config = OlmoeConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                         num_experts=8, num_experts_per_tok=2, max_position_embeddings=SEQ,
+                         eos_token_id=VOCAB - 1, use_cache=False,
+                         experts_implementation="batched_mm")
+    return Example(LogitsOnly(OlmoeForCausalLM(config)).eval(), (_tokens(MOE_SEQ),))
+
+
+def hf_qwen2_moe() -> Example:
+    """Qwen2-MoE causal LM (2 layers, hidden 64, top-2 of 4 experts through ``batched_mm``,
+    a gated shared expert) on 32 tokens; returns the logits."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    config = Qwen2MoeConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                            shared_expert_intermediate_size=128, max_position_embeddings=SEQ,
+                            use_cache=False, experts_implementation="batched_mm")
+    return Example(LogitsOnly(Qwen2MoeForCausalLM(config)).eval(), (_tokens(MOE_SEQ),))
+
+
+def hf_wav2vec2() -> Example:
+    """Wav2Vec2 encoder (3 conv feature layers of 32, 2 transformer layers, hidden 64) on 0.5 s
+    of 16 kHz audio; returns the last hidden state ``(1, 399, 64)``."""
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    config = Wav2Vec2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=128, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2),
+                            conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+                            num_conv_pos_embedding_groups=4)
+    return Example(LogitsOnly(Wav2Vec2Model(config)).eval(), (torch.randn(1, AUDIO_SAMPLES),))
+
+
+def hf_llama_static_cache() -> Example:
+    """Llama as ``hf_llama`` wrapped by ``transformers.integrations.executorch``'s
+    ``TorchExportableModuleWithStaticCache`` (a static KV cache of 32 positions in mutable
+    buffers): one decode step, token id and cache position in; returns the logits
+    ``(1, 1, 1000)``."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=344,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=SEQ)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static")
+    module = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=CACHE_LEN)
+    return Example(StaticCacheStep(module).eval(), (_tokens(1), torch.tensor([0])))
+
+
+def hf_bert_batch_dynamic() -> Example:
+    """BERT as ``hf_bert`` with two dynamic dims: batch in ``[1, 4]`` and seq in ``[2, 64]``."""
+    batch, seq = Dim("batch", min=1, max=MAX_BATCH), _seq_dim()
+    ids = torch.randint(0, VOCAB, (2, SEQ_EXAMPLE))
+    mask = torch.ones(2, SEQ_EXAMPLE, dtype=torch.long)
+    # seq first: benchmarks/bench_run.py times the first Dim at its bounds and example size
+    return Example(_bert_model(), (ids, mask),
+                   dynamic_shapes=({1: seq, 0: batch}, {1: seq, 0: batch}))
+
+
+def _torchvision_ready(factory: Callable[[], Example]) -> Callable[[], Example]:
+    """``factory``, run once torchvision imports: ``transformers`` imports it when it is
+    installed, and beside a CPU-only torch that takes ``vision.import_torchvision``."""
+
+    @functools.wraps(factory)
+    def build() -> Example:
+        if importlib.util.find_spec("torchvision") is not None:
+            from tensorplan.zoo.vision import import_torchvision
+
+            import_torchvision()
+        return factory()
+    return build
+
+
+def hf_examples() -> dict[str, Callable[[], Example]]:
+    """Factories of the ``transformers`` models by name; calling one imports ``transformers``."""
+    factories = {
+        "hf_gpt2": hf_gpt2,
+        "hf_gpt2_dynamic": hf_gpt2_dynamic,
+        "hf_bert": hf_bert,
+        "hf_bert_dynamic": hf_bert_dynamic,
+        "hf_vit": hf_vit,
+        "hf_mobilenet_v2": hf_mobilenet_v2,
+        "hf_llama": hf_llama,
+        "hf_t5_encoder": hf_t5_encoder,
+        "hf_distilbert": hf_distilbert,
+        "hf_deit": hf_deit,
+        "hf_convnext": hf_convnext,
+        "hf_mobilevit": hf_mobilevit,
+        "hf_resnet": hf_resnet,
+        "hf_swin": hf_swin,
+        "hf_bart": hf_bart,
+        "hf_t5": hf_t5,
+        "hf_olmoe": hf_olmoe,
+        "hf_qwen2_moe": hf_qwen2_moe,
+        "hf_wav2vec2": hf_wav2vec2,
+        "hf_llama_static_cache": hf_llama_static_cache,
+        "hf_bert_batch_dynamic": hf_bert_batch_dynamic,
+    }
+    return {name: _torchvision_ready(factory) for name, factory in factories.items()}

@@ -125,7 +125,7 @@ def test_each_plan_is_checked_exactly_once(monkeypatch):
 
 
 def test_compile_passes_planner_params_to_the_planners():
-    assert tp.PlannerParams is tp.planners.PlannerParams
+    assert tp.PlannerParams is tp.plan.planners.PlannerParams
     model, args = torch.nn.Linear(4, 2), (torch.randn(3, 4),)
     with pytest.raises(tp.PlanError, match="PlannerParams.wide_orders: unknown orders"):
         tp.compile(model, args, planner_params=tp.PlannerParams(wide_orders=("widest",)))

@@ -1,5 +1,5 @@
-"""Memory banks (``tensorplan.banks``, issue 19): each storage in the bank that makes its traffic cheapest,
-each bank its own verified arena."""
+"""Memory banks (``tensorplan.banks``, issue 19): each storage in the bank that makes its
+traffic cheapest, each bank its own verified arena."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Plans as functions of the dynamic dims (``plan/symbolic/``: ``stack.py``, ``validate.py``): one plan
-valid at every size of the range, proven; at the lower bound at every size; run, saved,
+"""Plans as functions of the dynamic dims (``plan/symbolic/``: ``stack.py``, ``validate.py``):
+one plan valid at every size of the range, proven; at the lower bound at every size; run, saved,
 printed and written as C at the sizes a run has."""
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ control-flow node then reserves a region as large as its largest subgraph plan, 
 its step, and the subgraph storages sit inside that region. The graphs are planned unverified
 and the whole ``MemoryPlan`` is checked once, by ``tensorplan.plan.validate``.
 
-With memory banks (``tensorplan.banks``), the top-level storages and regions are first assigned a bank
-each; every bank is then its own planning problem and its own arena (a region's subgraph
-storages live in the region's bank), verified bank by bank.
+With memory banks (``tensorplan.banks``), the top-level storages and regions are first
+assigned a bank each; every bank is then its own planning problem and its own arena (a
+region's subgraph storages live in the region's bank), verified bank by bank.
 """
 
 from __future__ import annotations

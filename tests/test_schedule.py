@@ -187,3 +187,36 @@ def test_what_was_left_unfolded_is_saved_with_the_program(tmp_path):
     assert loaded.folded.unfolded == {"where", "where_1"}
     assert loaded.folded.kept.keys() == prog.folded.kept.keys()
     torch.testing.assert_close(loaded.run(x), model(x))
+
+
+class ConstantQueryNorm(torch.nn.Module):
+    """DETR's decoder queries: a learned table through a layer norm, a multi-output op
+    (``native_layer_norm``: output, mean, rstd) computed from constants alone."""
+
+    def __init__(self, rows: int = 10, width: int = 8) -> None:
+        super().__init__()
+        self.query = torch.nn.Parameter(torch.randn(rows, width))
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.norm(self.query)
+
+
+def test_a_multi_output_op_of_constants_is_folded_with_its_items_and_they_are_kept():
+    model, x = ConstantQueryNorm().eval(), torch.randn(10, 8)
+    prog = tp.compile(model, (x,))
+    assert {type(value) for value in prog.folded.kept.values()} == {torch.Tensor}
+    assert set(prog.folded.kept) == {"getitem"}
+    assert {"native_layer_norm", "getitem"} <= prog.folded.computed
+    torch.testing.assert_close(prog.run(x), model(x), rtol=0, atol=0)
+
+
+def test_an_item_of_a_tuple_left_to_run_leaves_the_tuple_to_run():
+    from tensorplan.frontend.roles import read_roles
+    from tensorplan.schedule.fold import fold_constants
+
+    program = tp.capture(ConstantQueryNorm().eval(), (torch.randn(10, 8),))
+    folded = fold_constants(program, tp.propagate(program), read_roles(program),
+                            frozenset({"getitem"}))
+    assert folded.unfolded == {"getitem", "native_layer_norm"}
+    assert "native_layer_norm" not in folded.computed and folded.kept == {}

@@ -15,6 +15,10 @@ kept as constants, out of the arena and out of every run; the rest are never nee
 A view of a constant costs nothing at run time, so it is folded only when nothing but folded
 values reads it.
 
+A multi-output op (``native_layer_norm`` of a learned query in DETR) is a tuple, never a
+constant: its ``getitem``s are folded with it, and they are what is kept; a ``getitem`` left
+to run leaves its tuple to run.
+
 Kept values that are equal (same dtype, shape, strides and values) are kept once.
 
 Worked example: ``mask = torch.full((4, 4), -inf).triu(1); return x + mask`` folds ``full``
@@ -23,6 +27,7 @@ and ``triu``; ``triu`` is the frontier, a 64-byte constant, and only ``add`` run
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -81,6 +86,8 @@ def _foldable(node: torch.fx.Node, specs: SpecTable, known: set[str]) -> bool:
     sizes) and whose outputs are static tensors, or a check with no output
     (``_assert_tensor_metadata``), checked here once."""
     op = node.target
+    if op is operator.getitem:  # an item of a folded tuple: the tuple is no constant
+        return node.args[0].name in known
     if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) \
             or torch.Tag.nondeterministic_seeded in op.tags or node.meta.get("unbacked_bindings"):
         return False
@@ -115,6 +122,8 @@ def fold_constants(program: ExportedProgram, specs: SpecTable, roles: Roles,
 
     Pure: the program is not modified; the tensors kept are new (or views of constants).
     """
+    unfolded = unfolded | {node.args[0].name for node in program.graph.nodes
+                           if node.target is operator.getitem and node.name in unfolded}
     values: dict[str, object] = dict(constant_tensors(program, roles))
     known = set(values)
     foldable: list[torch.fx.Node] = []
@@ -125,7 +134,8 @@ def fold_constants(program: ExportedProgram, specs: SpecTable, roles: Roles,
             foldable.append(node)
     names: set[str] = set()
     for node in reversed(foldable):  # a view runs as a view unless only folded values read it
-        if not is_view(node.target) or all(user.name in names for user in node.users):
+        viewed = node.target is not operator.getitem and is_view(node.target)
+        if not viewed or all(user.name in names for user in node.users):
             names.add(node.name)
     kept = {node.name: values[node.name] for node in foldable
             if node.name in names and any(user.name not in names for user in node.users)}

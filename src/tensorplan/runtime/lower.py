@@ -38,6 +38,7 @@ from tensorplan.ops.control_flow import control_flow_op, graph_modules
 from tensorplan.ops.schemas import inplace_variant, is_view, returns_sizes
 from tensorplan.runtime.kernels import NATIVE_INTO, out_variant
 from tensorplan.runtime.shapes import SymbolicShape, canonical
+from tensorplan.schedule.concat import PLACING_OPS
 from tensorplan.schedule.fold import NOTHING_FOLDED, Folded
 from tensorplan.schedule.order import scheduled_nodes
 from tensorplan.specs.spec import SpecTable, TensorSpec
@@ -169,8 +170,12 @@ def _is_empty(entry: object) -> bool:
 
 
 def _made_in_place(node: torch.fx.Node, prefix: str, facts: ProgramFacts) -> bool:
-    """Every tensor input that holds elements already lives in a slice of the node's output
-    storage: the result is there once they are made (a concatenation in place)."""
+    """A ``cat`` (or pad) every tensor input of which that holds elements already lives in a
+    slice of the node's output storage: the result is there once they are made (a
+    concatenation in place). Other ops whose inputs share that storage still run: YOLO's SPPF
+    pools each slice of its ``cat`` into the next."""
+    if node.target not in PLACING_OPS:
+        return False
     name = prefix + node.name
     inputs = [n for n in node.all_input_nodes if facts.is_tensor(prefix + n.name)
               and not _is_empty(facts.specs.get(prefix + n.name))]

@@ -14,7 +14,12 @@ each input satisfies:
 - every value in its storage that a kernel writes (not a view) has the input's shape and
   layout, and the ``cat`` output has that layout too: the slice is the output's strides over
   the input's shape, at the offset of its first element;
-- all sizes are static.
+- all sizes are static;
+- where the slice is not dense (its strides are not the input's own: a channel slice of a
+  batch of 2, the interior of a pad), no kernel reading a value of the input's storage is one
+  that refuses a non-dense input (``DENSE_INPUT``: ``native_group_norm``'s CPU kernel fails
+  with "Expected X.is_contiguous(memory_format)", as a diffusers UNet's skips at batch 2
+  showed). The schemas do not say it: the ops are named where they were measured.
 
 It is done only where it keeps or lowers the bound of the graph it is in: the output's storage
 is then live from the first input's definition, which can cost more than it saves when an
@@ -51,6 +56,9 @@ from tensorplan.specs.spec import SpecTable, TensorSpec
 
 _CAT = torch.ops.aten.cat.default
 _PAD = torch.ops.aten.constant_pad_nd.default
+PLACING_OPS = frozenset({_CAT, _PAD})  # the ops whose inputs may be made in their output
+# Kernels measured to refuse an input that is not dense in its memory format (CPU, torch 2.13).
+DENSE_INPUT = frozenset({torch.ops.aten.native_group_norm.default})
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,18 @@ def _slices(node: torch.fx.Node, specs: SpecTable, prefix: str
     return placed
 
 
+def _dense(spec: TensorSpec, where: Slice) -> bool:
+    """The slice has the value's own dense strides (size-1 dims address no other bytes)."""
+    return all(size == 1 or own == given
+               for size, own, given in zip(spec.shape, spec.strides, where.strides, strict=True))
+
+
+def _strided_ok(values: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
+    """No node reading ``values`` runs a kernel that refuses a non-dense input."""
+    return not any(user.target in DENSE_INPUT for value in values
+                   for user in nodes[value.partition("[")[0]].users)
+
+
 def _is_view(value: str, nodes: dict[str, torch.fx.Node]) -> bool:
     node = nodes[value.partition("[")[0]]
     return isinstance(node.target, torch._ops.OpOverload) and is_view(node.target)
@@ -158,6 +178,10 @@ def _place(merged: MergedStorages, cat: torch.fx.Node, step: int, specs: SpecTab
                 or not same_layout(spec.shape, spec.dim_order, out.dim_order) \
                 or not _writes_like(merged.values[storage], graph.nodes, specs, spec):
             return {}
+    for (arg, where), storage in zip(placed, storages, strict=True):
+        if not _dense(specs.spec_of(prefix + arg.name), where) \
+                and not _strided_ok(merged.values[storage], graph.nodes):
+            return {}
     slices = {}
     for (_, where), storage in zip(placed, storages, strict=True):
         slices.update({v: where for v in merged.values[storage]
@@ -179,7 +203,7 @@ def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTabl
     for graph in _graphs(program, order):
         for step, name in enumerate(graph.order):
             node = graph.nodes[name]
-            if node.target not in (_CAT, _PAD):
+            if node.target not in PLACING_OPS:
                 continue
             trial = MergedStorages(table)
             slices = _place(trial, node, step, specs, graph)

@@ -23,8 +23,11 @@ pytestmark = pytest.mark.slow
 
 
 def _need(package: str) -> None:
-    if importlib.util.find_spec(package) is None:
-        pytest.skip(f"{package} is not installed: pip install 'tensorplan[clients]'")
+    """Skip unless ``package`` imports; torchvision's stand-in first (these packages import
+    torchvision when it is installed, and it fails beside the CPU torch otherwise)."""
+    if importlib.util.find_spec("torchvision") is not None:
+        import_torchvision()
+    pytest.importorskip(package, reason="pip install 'tensorplan[models,clients]'")
 
 
 class _Outputs(nn.Module):
@@ -61,7 +64,6 @@ def test_detr_compiles_and_runs_as_its_exported_program():
     differs from eager by 6.7e-8 (export decomposes attention and the linear layers into
     other kernels); tensorplan runs that program bitwise."""
     _need("transformers")
-    import_torchvision()
     from transformers import DetrConfig, DetrForObjectDetection, ResNetConfig
 
     backbone = ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64, 128],
@@ -85,7 +87,6 @@ def test_yolov8n_from_its_yaml_runs_bitwise_equal_to_eager():
     """SPPF's max pools read and write slices of one ``cat``: the runtime took each pool for
     the concatenation and ran none of them (0.0122 off eager at the boxes)."""
     _need("ultralytics")
-    import_torchvision()
     from ultralytics.nn.tasks import DetectionModel
 
     model = _Outputs(DetectionModel("yolov8n.yaml", verbose=False).eval(),
@@ -103,7 +104,6 @@ def test_a_diffusers_unet_at_batch_two_runs_as_its_exported_program():
     program differs from eager by about 1e-6 (attention decomposed); tensorplan runs it
     bitwise."""
     _need("diffusers")
-    import_torchvision()
     from diffusers import UNet2DConditionModel
 
     unet = UNet2DConditionModel(

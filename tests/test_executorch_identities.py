@@ -68,3 +68,33 @@ def test_a_copy_of_a_mutated_buffer_is_kept() -> None:
     first, second = method.execute([x])[0].clone(), method.execute([x])[0].clone()
     model = Snapshot()
     torch.testing.assert_close((first, second), (model(x), model(x)))
+
+
+class CacheRead(nn.Module):
+    """A KV-cache write (``index_put`` into a buffer) whose new value is read through an
+    expand to its own shape and a reshape, as the decomposed attention over a static cache
+    reads it (optimum-executorch's Whisper decoder)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4, 8, 16))
+
+    def forward(self, value: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        self.cache.index_copy_(1, position, value)
+        return torch.relu(self.cache.expand(4, 8, 16).reshape(32, 16)) * 2.0
+
+
+def test_a_copy_of_a_buffers_new_value_is_kept_and_the_pte_equals_eager() -> None:
+    """ExecuTorch's re-inplace pass makes the ``index_put`` write into the buffer, and a
+    reshape read straight from the ``index_put`` (its expand dropped) got storage of its own,
+    never written: the ``.pte`` was 0.42 off eager on the Whisper decoder. The expand stays."""
+    value, position = torch.randn(4, 1, 16), torch.tensor([3])
+    model = CacheRead()
+    shipped = lower(torch.export.export(CacheRead(), (value, position)), fold=False)
+    assert "expand_copy.out" in _ops(shipped)
+    method = Runtime.get().load_program(shipped.manager.buffer).load_method("forward")
+    for step in range(3):
+        position = torch.tensor([step * 2])
+        value = torch.randn(4, 1, 16)
+        torch.testing.assert_close(method.execute([value, position])[0].clone(),
+                                   model(value, position))

@@ -15,7 +15,10 @@ of the same bytes: arena room and traffic for nothing. :func:`identity_copies_re
 their readers read the input instead, when the copy's value has the input's shape, dtype and
 dim order (from the traced ``meta["val"]``), is not a graph output, and its input is an op's
 value or a graph input that is not a mutated buffer (a copy of a buffer may be a snapshot
-taken before the buffer is written). The dim order is compared as ExecuTorch labels it, size-1
+taken before the buffer is written), nor a buffer's new value (measured: ExecuTorch's
+re-inplace pass makes an ``index_put`` into a buffer write the buffer itself, and a view read
+straight from that ``index_put`` keeps storage of its own that nothing writes; the Whisper
+decoder's ``.pte`` read its value cache there and was 0.42 off eager). The dim order is compared as ExecuTorch labels it, size-1
 dims included: its kernels check the label, so a copy that only relabels the same bytes stays.
 Which ops copy their input is said by name: no schema or tag says it (a ``permute_copy`` or an
 ``as_strided_copy`` to the same shape may move every element). The values are the same
@@ -29,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.export.graph_signature import OutputKind
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 
@@ -92,11 +96,17 @@ def _mutated_buffers(exported_program: Any) -> set[str]:
             if getattr(spec, "target", None) in mutated}
 
 
+def _new_buffer_values(exported_program: Any) -> set[str]:
+    """Names of the nodes whose values the program writes back to its buffers."""
+    return {spec.arg.name for spec in exported_program.graph_signature.output_specs
+            if spec.kind == OutputKind.BUFFER_MUTATION}
+
+
 def identity_copies_removed(exported_program: Any) -> int:
     """Rewrite the edge program in place (see the module docstring); return how many copies
     were dropped."""
     graph = exported_program.graph
-    mutated = _mutated_buffers(exported_program)
+    mutated = _mutated_buffers(exported_program) | _new_buffer_values(exported_program)
     dropped = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or not _unchanged(node):

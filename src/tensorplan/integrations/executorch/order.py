@@ -3,7 +3,9 @@
 A *unit* is one node that runs (an op, a view, a ``getitem``, a delegate or control-flow call)
 together with the ``memory.alloc`` nodes of its ``out`` arguments, which ExecuTorch places right
 before it; ``get_attr`` nodes go right before their first user. Every order keeps the
-placeholders first and the output last, runs a unit after the units it reads, and keeps the
+placeholders first and the output last, runs a unit after the units it reads (a ``getitem``
+of a list ``alloc`` reads what the op given that alloc as its ``out`` wrote: a split's pieces
+are taken from the alloc, not from the split), and keeps the
 units that touch a mutated storage (an argument written in place, or anything a delegate or a
 control-flow call is given) in their original relative order, so reads before a write stay
 before it.
@@ -73,12 +75,23 @@ def _root(node: torch.fx.Node) -> torch.fx.Node:
     return node
 
 
+def _alloc_writers(units: Sequence[torch.fx.Node]) -> dict[torch.fx.Node, torch.fx.Node]:
+    """``memory.alloc`` node -> the unit that writes it: the op that takes it as an ``out``
+    argument (ExecuTorch passes those by keyword)."""
+    return {arg: u for u in units for arg in u.kwargs.values()
+            if isinstance(arg, torch.fx.Node) and _is_kind(arg, "alloc")}
+
+
 def _dependencies(graph: torch.fx.Graph, units: Sequence[torch.fx.Node]
                   ) -> dict[torch.fx.Node, list[torch.fx.Node]]:
     """Unit -> the units that must run before it (data, then mutation order)."""
     unit_set = set(units)
     before: dict[torch.fx.Node, list[torch.fx.Node]] = {
         u: [a for a in u.all_input_nodes if a in unit_set] for u in units}
+    writers = _alloc_writers(units)
+    for u in units:
+        before[u] += [writers[a] for a in u.all_input_nodes
+                      if writers.get(a, u) is not u]
     mutated = {_root(w) for u in units for w in _written(u)}
     touching: dict[torch.fx.Node, list[torch.fx.Node]] = {root: [] for root in mutated}
     for u in units:
@@ -119,6 +132,7 @@ def _memory_greedy(graph: torch.fx.Graph, graph_signature: Any, planned: frozens
         for arg in unit.all_input_nodes:
             if arg.op == "get_attr" or _is_kind(arg, "alloc"):
                 owner[arg] = unit
+    owner.update(_alloc_writers(units))
     readers: dict[int, set[torch.fx.Node]] = {}
     for node, specs in zip(nodes, refs, strict=True):
         for spec in specs:

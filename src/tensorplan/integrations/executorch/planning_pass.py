@@ -25,8 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch.fx
+from torch.utils import _pytree as pytree
 from executorch.exir.memory_planning import (
     Verifier,
+    _alias_inplace_result_specs,
+    _is_inplace_node,
     apply_algo,
     collect_specs_from_nodes,
     update_all_tensors_lifetime,
@@ -106,6 +109,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             graph_signature: Any = None) -> PassResult:
         """Order, link, plan and verify one method's graph (see the module docstring)."""
         self._set_alloc_node_spec(graph_module)
+        _output_specs_of_its_values(graph_module)
         original = _storage_bases(graph_module)
         trials = self._trials(graph_module, graph_signature, original)
         best = min(trials[2:] + trials[:2], key=lambda trial: trial.arena)
@@ -359,6 +363,25 @@ def _planned_specs(graph_module: torch.fx.GraphModule, graph_signature: Any,
         graph_module.graph.nodes, graph_signature, do_assertion=False,
         ignore_graph_input=not alloc_inputs, ignore_graph_output=not alloc_outputs,
         ignore_mutable_buffers=not alloc_mutable))
+
+
+def _output_specs_of_its_values(graph_module: torch.fx.GraphModule) -> None:
+    """Give the graph's output node the specs of the values it returns, an in-place op's
+    value being the spec of the argument it writes.
+
+    ExecuTorch's spec propagation gives the output node a spec per output before its
+    re-inplace pass turns a KV-cache write (``index_put``) into one that writes the buffer;
+    ExecuTorch makes the in-place op's spec its argument's only when it collects the specs to
+    plan, in graph order, so the output node, last, still holds the spec it had and plans it
+    live at the end (a static KV cache held twice: the buffers, and a second cache's worth at
+    the output). The emitter reads the outputs from the node's arguments, not from this spec.
+    """
+    for node in graph_module.graph.nodes:
+        if _is_inplace_node(node):
+            _alias_inplace_result_specs(node)
+    output = graph_module.graph.output_node()
+    output.meta["spec"] = pytree.tree_map_only(
+        torch.fx.Node, lambda node: node.meta.get("spec"), output.args[0])
 
 
 def _all_specs(graph_module: torch.fx.GraphModule) -> list[Any]:

@@ -36,6 +36,7 @@ SECTIONS = (
     ("CNNs patch by patch: the high-resolution peak", "bench_patches.py"),
     ("Memory banks: the bank choice vs ExecuTorch's banked_greedy", "bench_banks.py"),
     ("Dynamic dims: the symbolic plan at the sizes a run has", "bench_symbolic.py"),
+    ("Real size: a 30-layer 135M model's static-cache decode step", "bench_real_size.py"),
 )
 STDERR_LINES = 20         # lines of a failed script's stderr shown in its section
 DEFAULT_TIMEOUT = 3600    # seconds one script may run before it counts as failed

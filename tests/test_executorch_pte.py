@@ -326,6 +326,11 @@ ZOO = {
     "hf_t5_encoder": (196_864, 2_150_916),
     "hf_vit": (52_528, 1_688_624),
     "hf_wav2vec2": (5_198_176, 522_465),
+    "hf_whisper_decoder": (123_888, 666_652),  # was 0.42 off eager (identities.py)
+    "hf_qwen3_prefill": (300_928, 807_280),
+    "diffusers_sd3": (100_784, 316_748),  # was 1.9 off eager (order.py)
+    "diffusers_vae_decoder": (655_616, 1_602_912),
+    "yolov8n": (3_276_800, 12_615_732),
     "timm_cs3darknet_s": (262_144, 11_046_512),
     "timm_dpn48b": (458_752, 33_085_624),
     "timm_hrnet_w18_small": (327_680, 44_572_336),

@@ -43,7 +43,20 @@ Configs (all float32, batch 1 unless the batch is dynamic):
   static KV cache of 32 positions in mutable buffers; one decode step, a token id and its
   cache position in, the logits out;
 - ``hf_bert_batch_dynamic``: ``hf_bert`` with two dynamic dims, batch in ``[1, 4]`` and seq
-  in ``[2, 64]`` (example batch 2, 16 tokens).
+  in ``[2, 64]`` (example batch 2, 16 tokens);
+- ``hf_whisper_decoder``: optimum-executorch's Whisper decoder recipe, rebuilt: the decoder
+  and ``proj_out`` of a Whisper model (2 decoder layers, d_model 64, 4 heads, ffn 128, vocab
+  1000) over a static self-attention cache of 32 positions and a static cross-attention cache
+  of the 50 encoder frames, both in mutable buffers; one step, a token id, the encoder states
+  ``(1, 50, 64)`` and the cache position in, the logits out;
+- ``hf_qwen3_prefill``: optimum-executorch's causal-LM recipe (``CausalLMExportableModule``
+  without custom kernels), rebuilt: Qwen3 (q/k norms, 2 layers, hidden 64, 4 query and 2
+  key/value heads of 16, MLP 128, vocab 1000) in ``TorchExportableModuleForDecoderOnlyLM``'s
+  static cache of 64 positions, the prompt length dynamic in ``[1, 63]`` (example 8 tokens).
+
+optimum-executorch itself is not a dependency: its 1.1.0 pins ``transformers==5.0.0rc1`` and
+its decoder recipe passes the cache by a keyword later ``transformers`` ignore, so its two
+recipes are rebuilt here from what they export (their wrappers, caches and dynamic dims).
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -66,6 +80,7 @@ MOE_SEQ = 32      # tokens of the mixture-of-experts models
 CACHE_LEN = 32    # positions of the static KV cache
 MAX_BATCH = 4     # upper bound of the dynamic batch
 AUDIO_SAMPLES = 8000  # 0.5 s of 16 kHz audio
+ENCODER_FRAMES = 50  # encoder states the Whisper decoder attends to
 
 
 class LogitsOnly(nn.Module):
@@ -350,6 +365,90 @@ def hf_llama_static_cache() -> Example:
     return Example(StaticCacheStep(module).eval(), (_tokens(1), torch.tensor([0])))
 
 
+class WhisperDecoderStep(nn.Module):
+    """optimum-executorch's Whisper decoder with static caches: a step of the decoder and
+    ``proj_out`` over a self-attention cache of ``cache_len`` positions and a cross-attention
+    cache of the encoder's frames, both ``StaticCache`` layers whose tensors are this module's
+    buffers.
+
+    Each call starts from the same state, as the exported program does: the self cache's
+    length is the cache position, the cross cache is written again from the encoder states
+    (the recipe's flag that would skip that write is a Python value, not a tensor), and the
+    cache layers point at the module's buffers (see ``StaticCacheStep``).
+    """
+
+    def __init__(self, model: nn.Module, cache_len: int) -> None:
+        super().__init__()
+        from transformers.cache_utils import EncoderDecoderCache, StaticCache
+
+        config = model.config
+        self.decoder, self.proj_out = model.get_decoder(), model.proj_out
+        heads = config.decoder_attention_heads
+        self.caches = {"self": StaticCache(config=config, max_cache_len=cache_len),
+                       "cross": StaticCache(config=config,
+                                            max_cache_len=config.max_source_positions)}
+        for cache in self.caches.values():
+            cache.early_initialization(1, heads, config.d_model // heads, torch.float32,
+                                       torch.device("cpu"))
+        self.cache = EncoderDecoderCache(self.caches["self"], self.caches["cross"])
+        for kind, cache in self.caches.items():
+            for i, layer in enumerate(cache.layers):
+                self.register_buffer(f"{kind}_key_{i}", layer.keys, persistent=False)
+                self.register_buffer(f"{kind}_value_{i}", layer.values, persistent=False)
+                self.register_buffer(f"{kind}_length_{i}", layer.cumulative_length,
+                                     persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor,
+                cache_position: torch.Tensor) -> torch.Tensor:
+        for kind, cache in self.caches.items():
+            for i, layer in enumerate(cache.layers):
+                layer.keys = getattr(self, f"{kind}_key_{i}")
+                layer.values = getattr(self, f"{kind}_value_{i}")
+                layer.cumulative_length = getattr(self, f"{kind}_length_{i}")
+                layer.cumulative_length.copy_(cache_position[0] if kind == "self" else 0)
+        for i in self.cache.is_updated:
+            self.cache.is_updated[i] = False
+        out = self.decoder(input_ids=input_ids, encoder_hidden_states=encoder_hidden_states,
+                           cache=self.cache, use_cache=True,
+                           position_ids=cache_position.unsqueeze(0))
+        return self.proj_out(out[0])
+
+
+def hf_whisper_decoder() -> Example:
+    """optimum-executorch's Whisper decoder recipe (see the module docstring); returns the
+    logits ``(1, 1, 1000)``."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    config = WhisperConfig(vocab_size=VOCAB, d_model=64, encoder_layers=1, decoder_layers=2,
+                           encoder_attention_heads=4, decoder_attention_heads=4,
+                           encoder_ffn_dim=128, decoder_ffn_dim=128,
+                           max_source_positions=ENCODER_FRAMES, max_target_positions=SEQ,
+                           num_mel_bins=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                           decoder_start_token_id=1)
+    model = WhisperForConditionalGeneration(config).eval()
+    return Example(WhisperDecoderStep(model, CACHE_LEN).eval(),
+                   (_tokens(1), torch.randn(1, ENCODER_FRAMES, 64), torch.tensor([0])))
+
+
+def hf_qwen3_prefill() -> Example:
+    """optimum-executorch's causal-LM recipe on Qwen3 (see the module docstring): the prompt
+    in one call, its length dynamic; returns the logits ``(1, seq, 1000)``."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    config = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, max_position_embeddings=SEQ)
+    model = Qwen3ForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static",
+        cache_config={"batch_size": 1, "max_cache_len": SEQ})
+    module = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=SEQ)
+    seq = Dim("seq", min=1, max=SEQ - 1)
+    return Example(StaticCacheStep(module.model).eval(), (_tokens(8), torch.arange(8)),
+                   dynamic_shapes=({1: seq}, {0: seq}))
+
+
 def hf_bert_batch_dynamic() -> Example:
     """BERT as ``hf_bert`` with two dynamic dims: batch in ``[1, 4]`` and seq in ``[2, 64]``."""
     batch, seq = Dim("batch", min=1, max=MAX_BATCH), _seq_dim()
@@ -365,13 +464,34 @@ def _torchvision_ready(factory: Callable[[], Example]) -> Callable[[], Example]:
     installed, and beside a CPU-only torch that takes ``vision.import_torchvision``."""
 
     @functools.wraps(factory)
-    def build() -> Example:
+    def build(*args: Any, **kwargs: Any) -> Example:
         if importlib.util.find_spec("torchvision") is not None:
             from tensorplan.zoo.vision import import_torchvision
 
             import_torchvision()
-        return factory()
+        return factory(*args, **kwargs)
     return build
+
+
+@_torchvision_ready
+def smollm2_static_cache(layers: int = 30, cache_len: int = 1024) -> Example:
+    """SmolLM2-135M's shape (hidden 576, 9 heads over 3 key-value heads, MLP 1536, vocabulary
+    49,152; 30 layers by default) as a one-token decode step over a static KV cache of
+    ``cache_len`` positions (``TorchExportableModuleWithStaticCache``, as optimum-executorch
+    exports it); returns the logits ``(1, 1, 49152)``. Real size: 135 M parameters and a 47 MB
+    cache, so it is the real-size benchmark's case (``benchmarks/bench_real_size.py``), not a
+    name of the zoo the tests compile."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                         num_hidden_layers=layers, num_attention_heads=9, num_key_value_heads=3,
+                         max_position_embeddings=cache_len, rope_theta=100000.0,
+                         tie_word_embeddings=True)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static")
+    module = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=cache_len)
+    return Example(StaticCacheStep(module).eval(), (torch.tensor([[1]]), torch.tensor([0])))
 
 
 def hf_examples() -> dict[str, Callable[[], Example]]:
@@ -396,6 +516,8 @@ def hf_examples() -> dict[str, Callable[[], Example]]:
         "hf_olmoe": hf_olmoe,
         "hf_qwen2_moe": hf_qwen2_moe,
         "hf_wav2vec2": hf_wav2vec2,
+        "hf_whisper_decoder": hf_whisper_decoder,
+        "hf_qwen3_prefill": hf_qwen3_prefill,
         "hf_llama_static_cache": hf_llama_static_cache,
         "hf_bert_batch_dynamic": hf_bert_batch_dynamic,
     }

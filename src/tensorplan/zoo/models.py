@@ -136,7 +136,8 @@ _FACTORIES: dict[str, Callable[[], Example]] = {
 
 def _factories() -> dict[str, Callable[[], Example]]:
     """The built-in factories, plus the ``hf_*`` models when ``transformers`` is installed and
-    the ``tv_*`` / ``timm_*`` ones when ``torchvision`` (and ``timm``) are.
+    the ``tv_*`` / ``timm_*`` ones when ``torchvision`` (and ``timm``) are, and the
+    ``diffusers_*`` / ``yolov8n`` ones when ``diffusers`` / ``ultralytics`` are.
 
     Those packages themselves are only imported when one of their models is built.
     """
@@ -149,6 +150,9 @@ def _factories() -> dict[str, Callable[[], Example]]:
         from tensorplan.zoo.vision import vision_examples
 
         factories.update(vision_examples())
+    from tensorplan.zoo.clients import client_examples
+
+    factories.update(client_examples())
     return factories
 
 

@@ -18,8 +18,9 @@ value or a graph input that is not a mutated buffer (a copy of a buffer may be a
 taken before the buffer is written), nor a buffer's new value (measured: ExecuTorch's
 re-inplace pass makes an ``index_put`` into a buffer write the buffer itself, and a view read
 straight from that ``index_put`` keeps storage of its own that nothing writes; the Whisper
-decoder's ``.pte`` read its value cache there and was 0.42 off eager). The dim order is compared as ExecuTorch labels it, size-1
-dims included: its kernels check the label, so a copy that only relabels the same bytes stays.
+decoder's ``.pte`` read its value cache there and was 0.42 off eager). The dim order is
+compared as ExecuTorch labels it, size-1 dims included: its kernels check the label, so a copy
+that only relabels the same bytes stays.
 Which ops copy their input is said by name: no schema or tag says it (a ``permute_copy`` or an
 ``as_strided_copy`` to the same shape may move every element). The values are the same
 tensors; the tests compare the rewritten programs with eager PyTorch in ExecuTorch's runtime.

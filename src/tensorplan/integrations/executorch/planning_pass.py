@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch.fx
-from torch.utils import _pytree as pytree
 from executorch.exir.memory_planning import (
     Verifier,
     _alias_inplace_result_specs,
@@ -40,6 +39,7 @@ from executorch.exir.passes.memory_planning_pass import (
     _check_default_mem_ids,
     _insert_mutable_buffer_specs,
 )
+from torch.utils import _pytree as pytree
 
 from tensorplan.errors import PlanError
 from tensorplan.integrations.executorch import kernels

@@ -1,0 +1,138 @@
+"""Real size: a 30-layer, 135 M-parameter model's static-cache decode step (issue 30).
+
+Usage: ``python benchmarks/bench_real_size.py [--out FILE] [--layers N] [--cache N]``
+
+The case is ``zoo.hf.smollm2_static_cache``: SmolLM2-135M's shape, a one-token decode step over
+a static KV cache of 1,024 positions held in mutable buffers (47 MB), random weights. Each step
+runs in a fresh subprocess, after the model is built, so its time and memory are its own:
+
+- ``tp.compile`` (capture, plan, everything a ``Program`` holds);
+- ``to_executorch`` of that program (tensorplan's ``.pte``, ``lower``);
+- ExecuTorch's own lowering of the same exported program, in each configuration of
+  ``common.EXECUTORCH_CONFIGS`` that plans a KV cache in place (its default, and const-prop
+  with its re-inplace pass).
+
+Per step: wall seconds, and peak memory above what the process held once the model was built
+(``ru_maxrss`` at the end minus the resident size before the step). The arenas: the Python plan,
+the ``.pte``'s, ExecuTorch's; every ``.pte`` is run once in ExecuTorch's runtime and compared with
+eager. Targets: ``.pte`` arena <= 1.05x the Python plan; compile <= 0.5x ExecuTorch's lowering
+time; peak memory <= 1.5x the weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import common
+import torch
+from common import quiet
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STEPS = ("compile", "pte", "greedy", "const-prop + re-inplace")
+MIB = 1 << 20
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm", encoding="utf-8") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _measure(step: str, layers: int, cache: int) -> dict:
+    """Build the model, then run ``step`` once: its seconds, peak growth and figures."""
+    from executorch.runtime import Runtime
+
+    import tensorplan as tp
+    from tensorplan.integrations.executorch import lower
+    from tensorplan.zoo.hf import smollm2_static_cache
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    example = smollm2_static_cache(layers, cache)
+    weights = sum(p.numel() * p.element_size() for p in example.model.parameters())
+    with torch.no_grad():
+        expected = example.model(*example.args)  # writes position 0 again: the same step
+    before, start = _resident_bytes(), time.perf_counter()
+    result: dict = {"weights": weights}
+    with torch.no_grad(), quiet():
+        if step == "compile":
+            prog = tp.compile(example.model, example.args)
+            result["arena"] = prog.plan.arena_bytes
+        elif step == "pte":
+            prog = tp.compile(example.model, example.args)
+            before, start = _resident_bytes(), time.perf_counter()
+            manager = lower(prog).manager
+        else:
+            exported = torch.export.export(example.model, example.args, strict=False)
+            before, start = _resident_bytes(), time.perf_counter()
+            from executorch.exir import to_edge
+
+            edge = to_edge(exported)
+            manager = edge.to_executorch(common._backend_config(step, edge.exported_program()))
+    result["seconds"] = time.perf_counter() - start
+    result["peak_growth"] = max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+                                - before)
+    if step != "compile":
+        result["arena"] = common.executorch_arena_bytes(manager)
+        method = Runtime.get().load_program(manager.buffer).load_method("forward")
+        got = method.execute(list(example.args))[0]
+        result["difference"] = (got - expected).abs().max().item()
+    return result
+
+
+def _child(step: str, layers: int, cache: int) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--step", step, "--layers",
+               str(layers), "--cache", str(cache)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"failed": common.one_line(done.stderr.strip().splitlines()[-1]
+                                          if done.stderr.strip() else "no output", 160)}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _report(results: dict[str, dict], layers: int, cache: int) -> str:
+    weights = next(r["weights"] for r in results.values() if "weights" in r)
+    plan = results["compile"].get("arena")
+    lowering = min((results[s]["seconds"] for s in STEPS[2:] if "seconds" in results[s]),
+                   default=None)
+    rows = []
+    for step in STEPS:
+        r = results[step]
+        if "failed" in r:
+            rows.append([step, "failed: " + r["failed"], "", "", "", "", ""])
+            continue
+        rows.append([step, f"{r['seconds']:.1f}", common.ratio(r["seconds"], lowering),
+                     f"{r['peak_growth'] / MIB:.0f}", common.ratio(r["peak_growth"], weights),
+                     f"{r['arena']:,}", common.ratio(r["arena"], plan),
+                     f"{r['difference']:.1e}" if "difference" in r else "(Python plan)"])
+    header = ["step", "seconds", "/ fastest ExecuTorch lowering", "peak growth (MiB)",
+              "/ weights", "arena (B)", "/ Python plan", "largest difference from eager"]
+    return (f"SmolLM2-135M shape, {layers} layers, static KV cache of {cache} positions, one "
+            f"decode step; weights {weights / MIB:.0f} MiB; one thread, each step in a fresh "
+            "process after the model is built.\n\n" + common.markdown(header, rows))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out")
+    parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--cache", type=int, default=1024)
+    parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.step:
+        print(json.dumps(_measure(options.step, options.layers, options.cache)))
+        return
+    if not common.executorch_installed():
+        common.emit("executorch is not installed: nothing to compare with.\n", options.out)
+        return
+    results = {step: _child(step, options.layers, options.cache) for step in STEPS}
+    common.emit(_report(results, options.layers, options.cache), options.out)
+
+
+if __name__ == "__main__":
+    main()

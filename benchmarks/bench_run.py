@@ -61,6 +61,16 @@ from tensorplan.zoo import Example
 
 DEFAULT_RUNS = 50      # timed calls of each method
 REASON_CHARS = 160     # longest failure reason printed in a table cell
+SLOW_STEP = 1.5        # run / eager above this is named under the table, with its reason
+# Why a model's step is slower than SLOW_STEP x eager, as measured with torch.profiler (one
+# thread): the cause, and that the program compiled with the bound-lowering off is as slow.
+SLOW_REASONS = {
+    "diffusers_unet": (
+        "its attention runs as core ATen decomposes `scaled_dot_product_attention` (`bmm`, "
+        "`_softmax` and a fix-up of fully masked rows, `eq` / `any` / `where` over the scores: "
+        "about 105 ms of 166 ms in 5 calls) where eager runs the fused flash kernel (43 ms); "
+        "the program with the lowering off is as slow"),
+}
 CHILD_TIMEOUT = 900    # seconds a memory subprocess may take
 # Starts its arguments as a grandchild of this process. Linux keeps a process's ru_maxrss across
 # execve and a forked child starts with its parent's high-water mark, so a subprocess of this
@@ -337,7 +347,19 @@ def latency_table(rows: Sequence[Latency], runs: int, with_executorch: bool) -> 
             f"with `reuse=False, reorder=False, fold=False` (one buffer per value, the exported "
             f"order, no folded constants: the plan before issue 11). "
             f"Target: run / eager <= 1.2x.\n\n")
-    return note + common.markdown(header, cells)
+    return note + common.markdown(header, cells) + _slow_steps_note(rows)
+
+
+def _slow_steps_note(rows: Sequence[Latency]) -> str:
+    """A paragraph naming each step slower than ``SLOW_STEP`` x eager and why."""
+    slow = [row for row in rows if row.run > SLOW_STEP * row.eager]
+    if not slow:
+        return f"\nNo step is slower than {SLOW_STEP}x eager.\n"
+    items = "; ".join(
+        f"`{row.model}`{'' if row.seq is None else f' at {row.seq}'} "
+        f"({row.run / row.eager:.2f}x): {SLOW_REASONS.get(row.model, 'reason not known')}"
+        for row in slow)
+    return f"\nSteps slower than {SLOW_STEP}x eager: {items}.\n"
 
 
 def _fallback_cell(fallbacks: dict[str, int]) -> str:

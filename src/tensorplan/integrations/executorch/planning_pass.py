@@ -14,7 +14,8 @@ each method's graph:
    ``apply_algo`` (subgraphs first, their arenas reserved at the front of their parent's);
 3. verifies the result twice: with tensorplan's independent checker (no two live storages share
    bytes, offsets aligned, each linked spec inside its base) and with ExecuTorch's own storage
-   verifier, and records a :class:`GraphPlan` per method in ``plans``.
+   verifier (or leaves ExecuTorch's to the caller: ``lower`` runs it on the candidate it
+   keeps), and records a :class:`GraphPlan` per method in ``plans``.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class PassOptions:
     overlap_safe: Mapping[str, frozenset[str]] | None = None  # None: kernels.overlap_safe()
     concat: bool | None = None  # None: kernels.cat_in_slices()
     banks: BankSetup | None = None  # memory banks, one mem_id each (banks.py here); None: one arena
+    # False: ExecuTorch's storage verifier (quadratic in the specs) is left to the caller's
+    # ``verify``, so a candidate lowering that is not kept is checked by tensorplan's alone
+    executorch_verifier_now: bool = True
 
 
 @dataclass(frozen=True)
@@ -312,6 +316,12 @@ class TensorplanPlanningPass(MemoryPlanningPass):
                 raise PlanError(f"integrations.executorch: bank {bank.name!r} needs {arena} B, "
                                 f"above its capacity {bank.capacity} B; this is a tensorplan "
                                 "bug, please report it with the model")
+        if self.options.executorch_verifier_now:
+            self.verify(graph_module, graph_signature)
+
+    def verify(self, graph_module: torch.fx.GraphModule, graph_signature: Any) -> None:
+        """ExecuTorch's storage verifier, with this pass's allocation options, on a graph it
+        planned; ExecuTorch's InternalError on a bad plan."""
         verifier = Verifier(graph_module, self.alloc_graph_input, self.alloc_graph_output,
                             self.alloc_mutable_buffers, graph_signature)
         verifier.verify_storage_reuse()

@@ -4,11 +4,12 @@
 products of transposed weights made ``linear`` (``rewrite.py``), the memory planning pass
 replaced by :class:`~.planning_pass.TensorplanPlanningPass` (tensorplan's node
 order, in-place reuse over measured kernels, concatenation in place, tensorplan's planner, both
-verifiers) and, with ``fold=True``, the folding that gives the smallest arena plus constants
-(the smaller arena on a tie): the program is lowered without folding, with tensorplan's folding
-(``fold.py``: only what the constants or the peak pay for) and with ExecuTorch's constant
-propagation, and the smallest total is kept, so folding never grows it. Every ExecuTorch step
-runs unwrapped: an op ExecuTorch cannot lower raises ExecuTorch's own error.
+verifiers: ExecuTorch's on the program kept) and, with ``fold=True``, the folding that gives
+the smallest arena plus constants (the smaller arena on a tie): the program is lowered without
+folding, with tensorplan's folding (``fold.py``: only what the constants or the peak pay for)
+and with ExecuTorch's constant propagation, and the smallest total is kept, so folding never
+grows it. Every ExecuTorch step runs unwrapped: an op ExecuTorch cannot lower raises
+ExecuTorch's own error.
 
 :func:`lower` does the same and also returns what each choice gave (:class:`Shipped`), for the
 CLI and the benchmark.
@@ -111,7 +112,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
                          for m in edge.methods)
     setup = None if banks is None else BankSetup.of(banks, pin, moves=moves)
     options = PassOptions(reuse=reuse, reorder=reorder, algorithm=algorithm,
-                          overlap_safe=kernels, banks=setup)
+                          overlap_safe=kernels, banks=setup, executorch_verifier_now=False)
     base = _base_config(config)
     if not fold:
         best = _lowered("as configured", edge, base, options, {},
@@ -137,7 +138,11 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
             if _total(result[0]) < _total(best[0]):
                 best = result
             del result
-    choice, manager, plans = best
+    choice, manager, plans, passes = best
+    for method in edge.methods:  # ExecuTorch's verifier, on the program kept
+        program = manager.exported_program(method)
+        (passes[method] if isinstance(passes, dict) else passes).verify(
+            program.graph_module, program.graph_signature)
     return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
                    tuple(tried), plans, linears, identities)
 
@@ -172,9 +177,9 @@ OURS = "tensorplan"  # the FoldChoice name of fold.choose_folds' folding
 
 
 def _lowered(name: str, edge: Any, config: Any, options: Any, folds: Mapping[str, set[str]],
-             const_prop: bool) -> tuple[FoldChoice, Any, dict[str, Any]]:
+             const_prop: bool) -> tuple[FoldChoice, Any, dict[str, Any], Any]:
     """A copy of ``edge`` with ``folds`` (method -> value names) folded, lowered with
-    tensorplan's pass; its FoldChoice, manager and per-method plans."""
+    tensorplan's pass; its FoldChoice, manager, per-method plans and planning passes."""
     passes = _planning_passes(config, edge, options)
     candidate = _sharing_constants(edge)
     with torch.no_grad():
@@ -184,7 +189,7 @@ def _lowered(name: str, edge: Any, config: Any, options: Any, folds: Mapping[str
             config, do_quant_fusion_and_const_prop=const_prop, memory_planning_pass=passes,
             run_reinplace_pass=config.run_reinplace_pass or options.reuse))
     choice = FoldChoice(name, _arena_bytes(manager), _constant_bytes(manager))
-    return choice, manager, _method_plans(passes, edge)
+    return choice, manager, _method_plans(passes, edge), passes
 
 
 def _edge_program(program: Any) -> Any:

@@ -65,6 +65,10 @@ SLOW_STEP = 1.5        # run / eager above this is named under the table, with i
 # Why a model's step is slower than SLOW_STEP x eager, as measured with torch.profiler (one
 # thread): the cause, and that the program compiled with the bound-lowering off is as slow.
 SLOW_REASONS = {
+    "hf_wav2vec2": (
+        "its attention runs as core ATen decomposes `scaled_dot_product_attention` (`bmm`, "
+        "`_softmax`, `eq` / `any` / `where`: about 29 of 45 ms in 5 calls) where eager runs the "
+        "fused flash kernel (13 ms); the program with the lowering off is as slow"),
     "diffusers_unet": (
         "its attention runs as core ATen decomposes `scaled_dot_product_attention` (`bmm`, "
         "`_softmax` and a fix-up of fully masked rows, `eq` / `any` / `where` over the scores: "

@@ -1,6 +1,9 @@
 """Real size: a 30-layer, 135 M-parameter model's static-cache decode step (issue 30).
 
-Usage: ``python benchmarks/bench_real_size.py [--out FILE] [--layers N] [--cache N]``
+Usage: ``python benchmarks/bench_real_size.py [--out FILE] [--layers N] [--cache N] [--small]``
+
+``--small`` measures a fresh, smaller shape of the same step beside it (hidden 128, 4 query over
+2 key-value heads, MLP 344, vocabulary 1,000), at the ``--layers`` and ``--cache`` given.
 
 The case is ``zoo.hf.smollm2_static_cache``: SmolLM2-135M's shape, a one-token decode step over
 a static KV cache of 1,024 positions held in mutable buffers (47 MB), random weights. Each step
@@ -43,7 +46,10 @@ def _resident_bytes() -> int:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _measure(step: str, layers: int, cache: int) -> dict:
+SMALL = {"hidden": 128, "heads": 4, "kv_heads": 2, "intermediate": 344, "vocab": 1000}
+
+
+def _measure(step: str, layers: int, cache: int, small: bool) -> dict:
     """Build the model, then run ``step`` once: its seconds, peak growth and figures."""
     from executorch.runtime import Runtime
 
@@ -53,7 +59,7 @@ def _measure(step: str, layers: int, cache: int) -> dict:
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    example = smollm2_static_cache(layers, cache)
+    example = smollm2_static_cache(layers, cache, **(SMALL if small else {}))
     weights = sum(p.numel() * p.element_size() for p in example.model.parameters())
     with torch.no_grad():
         expected = example.model(*example.args)  # writes position 0 again: the same step
@@ -85,9 +91,9 @@ def _measure(step: str, layers: int, cache: int) -> dict:
     return result
 
 
-def _child(step: str, layers: int, cache: int) -> dict:
+def _child(step: str, layers: int, cache: int, small: bool) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--step", step, "--layers",
-               str(layers), "--cache", str(cache)]
+               str(layers), "--cache", str(cache)] + (["--small"] if small else [])
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"failed": common.one_line(done.stderr.strip().splitlines()[-1]
@@ -95,7 +101,7 @@ def _child(step: str, layers: int, cache: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _report(results: dict[str, dict], layers: int, cache: int) -> str:
+def _report(results: dict[str, dict], layers: int, cache: int, small: bool) -> str:
     weights = next(r["weights"] for r in results.values() if "weights" in r)
     plan = results["compile"].get("arena")
     lowering = min((results[s]["seconds"] for s in STEPS[2:] if "seconds" in results[s]),
@@ -112,7 +118,9 @@ def _report(results: dict[str, dict], layers: int, cache: int) -> str:
                      f"{r['difference']:.1e}" if "difference" in r else "(Python plan)"])
     header = ["step", "seconds", "/ fastest ExecuTorch lowering", "peak growth (MiB)",
               "/ weights", "arena (B)", "/ Python plan", "largest difference from eager"]
-    return (f"SmolLM2-135M shape, {layers} layers, static KV cache of {cache} positions, one "
+    shape = ("the small shape (hidden 128, 4 over 2 heads)" if small
+             else "SmolLM2-135M shape")
+    return (f"{shape}, {layers} layers, static KV cache of {cache} positions, one "
             f"decode step; weights {weights / MIB:.0f} MiB; one thread, each step in a fresh "
             "process after the model is built.\n\n" + common.markdown(header, rows))
 
@@ -122,16 +130,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out")
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--cache", type=int, default=1024)
+    parser.add_argument("--small", action="store_true",
+                        help="a fresh, smaller shape of the same step (see the docstring)")
     parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.step:
-        print(json.dumps(_measure(options.step, options.layers, options.cache)))
+        print(json.dumps(_measure(options.step, options.layers, options.cache,
+                                  options.small)))
         return
     if not common.executorch_installed():
         common.emit("executorch is not installed: nothing to compare with.\n", options.out)
         return
-    results = {step: _child(step, options.layers, options.cache) for step in STEPS}
-    common.emit(_report(results, options.layers, options.cache), options.out)
+    results = {step: _child(step, options.layers, options.cache, options.small)
+               for step in STEPS}
+    common.emit(_report(results, options.layers, options.cache, options.small), options.out)
 
 
 if __name__ == "__main__":

@@ -474,18 +474,21 @@ def _torchvision_ready(factory: Callable[[], Example]) -> Callable[[], Example]:
 
 
 @_torchvision_ready
-def smollm2_static_cache(layers: int = 30, cache_len: int = 1024) -> Example:
+def smollm2_static_cache(layers: int = 30, cache_len: int = 1024, *, hidden: int = 576,
+                         heads: int = 9, kv_heads: int = 3, intermediate: int = 1536,
+                         vocab: int = 49152) -> Example:
     """SmolLM2-135M's shape (hidden 576, 9 heads over 3 key-value heads, MLP 1536, vocabulary
     49,152; 30 layers by default) as a one-token decode step over a static KV cache of
     ``cache_len`` positions (``TorchExportableModuleWithStaticCache``, as optimum-executorch
     exports it); returns the logits ``(1, 1, 49152)``. Real size: 135 M parameters and a 47 MB
     cache, so it is the real-size benchmark's case (``benchmarks/bench_real_size.py``), not a
-    name of the zoo the tests compile."""
+    name of the zoo the tests compile. The keywords give other shapes of the same step."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
-    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
-                         num_hidden_layers=layers, num_attention_heads=9, num_key_value_heads=3,
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads,
                          max_position_embeddings=cache_len, rope_theta=100000.0,
                          tie_word_embeddings=True)
     model = LlamaForCausalLM(config).eval()

@@ -26,6 +26,8 @@ from tensorplan.plan.budget import check_arena
 from tensorplan.plan.plan import MemoryPlan, PlanOptions, plan_memory
 from tensorplan.plan.planners import PlannerParams
 from tensorplan.plan.symbolic.stack import with_symbolic
+from tensorplan.rewrite.chunks import Chunking
+from tensorplan.rewrite.chunks import choose as choose_chunks
 from tensorplan.rewrite.patches import Patching
 from tensorplan.rewrite.patches import choose as choose_patches
 from tensorplan.runtime.lower import Lowered, ProgramFacts, lower_program
@@ -53,6 +55,7 @@ class Program:
     schedule: Schedule | None = None   # node order, reuse and folding (None: graph order,
     #                                    one storage per value, nothing folded)
     patching: Patching | None = None   # the patchings tried and kept (None: not asked for)
+    chunking: Chunking | None = None   # the chunkings tried and kept (None: not asked for)
     _default: list[Runner] = field(default_factory=list, init=False, repr=False, compare=False)
     _made: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
                                   compare=False)
@@ -138,7 +141,8 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
             time_limit: float | None = None, reuse: bool = True, reorder: bool = True,
             fold: bool = True, planner_params: PlannerParams | None = None,
             max_arena_bytes: int | None = None, patches: str | tuple[int, int] | None = None,
-            max_overhead: float = 1.25, banks: Sequence[Bank] | None = None,
+            max_overhead: float = 1.25, chunks: str | int | None = None,
+            banks: Sequence[Bank] | None = None,
             pin: Mapping[str, str] | None = None,
             constants_bank: str | None = None) -> Program:
     """Capture (unless given a program), propagate, fold, order and reuse, plan and verify.
@@ -149,6 +153,12 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     smallest arena among those within ``max_overhead`` times the convolutions' multiply-adds,
     keeping the program as exported unless a patching is smaller; ``Program.patching`` lists
     what was tried.
+
+    ``chunks`` (``chunks.py``): ``None`` runs the program as exported; a number of chunks or
+    ``"auto"`` (2, 4, 8, 16, 32) first rewrites it to run each transformer layer's attention
+    (by query rows), MLP and residuals chunk by chunk of the token rows, at the count whose
+    plan is smallest, keeping the program as exported unless a chunking is smaller;
+    ``Program.chunking`` lists what was tried, the regions and the largest values left whole.
 
     ``banks`` (``tensorplan.banks``): memories fastest first, ``[tp.Bank("sram", 256 * 1024, 1.0),
     tp.Bank("dram", None, 40.0)]``; each storage is put in one bank so that the bytes moved
@@ -169,14 +179,17 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     """
     with stage("capture"):
         program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
-    patching = None
-    if patches is not None:
-        def arena_of(candidate: ExportedProgram) -> int:
-            return compile(candidate, alignment=alignment, algorithm="greedy", reuse=reuse,
-                           reorder=reorder, fold=fold).plan.arena_bytes
+    def arena_of(candidate: ExportedProgram) -> int:
+        return compile(candidate, alignment=alignment, algorithm="greedy", reuse=reuse,
+                       reorder=reorder, fold=fold).plan.arena_bytes
 
+    patching = chunking = None
+    if patches is not None:
         with stage("patches", program):
             program, patching = choose_patches(program, patches, max_overhead, arena_of)
+    if chunks is not None:
+        with stage("chunks", program):
+            program, chunking = choose_chunks(program, chunks, arena_of)
     with stage("roles", program):
         roles = read_roles(program)
     with stage("propagate", program):
@@ -206,7 +219,7 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
         _debug_summary(specs, chosen, plan)
     with stage("alias", program):
         planned = planned_specs(specs, chosen.alias)
-    return Program(program, planned, chosen.alias, plan, roles, chosen, patching)
+    return Program(program, planned, chosen.alias, plan, roles, chosen, patching, chunking)
 
 
 def _planned(lives: Mapping[str, GraphLifetimes], chosen: Schedule,

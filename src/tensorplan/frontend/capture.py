@@ -119,7 +119,7 @@ def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
         program = model
     else:
         program = _export(model, args, kwargs, dynamic_shapes)
-    if _is_core_aten(program):
+    if is_core_aten(program):
         return program
     try:
         return program.run_decompositions()
@@ -129,10 +129,11 @@ def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
                            ) from error
 
 
-def _is_core_aten(program: ExportedProgram) -> bool:
-    """Every ATen call in the program and its subgraphs is a core ATen operator."""
+def is_core_aten(program: ExportedProgram) -> bool:
+    """Every ATen call in the program and its subgraphs is a core ATen operator or a check
+    with no result (``_assert_tensor_metadata``: decomposing keeps it as it is)."""
     return all(
-        torch.Tag.core in node.target.tags
+        torch.Tag.core in node.target.tags or not node.target._schema.returns
         for module in program.graph_module.modules() if isinstance(module, torch.fx.GraphModule)
         for node in module.graph.nodes
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)

@@ -42,9 +42,9 @@ from typing import Any
 import torch
 import torch.fx
 from torch.export import ExportedProgram
-from torch.utils import _pytree as pytree
 
 from tensorplan.errors import InputError
+from tensorplan.rewrite.replay import Replay, call, export_again
 
 Span = tuple[int, int]  # [start, stop) of rows or columns, maybe outside the value's extent
 Region = tuple[Span, Span]  # (rows, columns)
@@ -397,48 +397,24 @@ def _reduced(node: torch.fx.Node, tiles: Sequence[Sequence[Mapping[str, Region]]
     return total if keep else aten.view.default(total, list(node.meta["val"].shape))
 
 
-class _Patched(torch.nn.Module):
+class _Patched(Replay):
     """The program's graph run node by node, the split's prefix once per tile (its spatial
     reductions and their gates once before)."""
 
     def __init__(self, program: ExportedProgram, split: Split, grid: Grid) -> None:
-        super().__init__()
-        self.graph, self.split, self.grid = program.graph, split, grid
-        self.signature = program.graph_signature
-        self.in_spec, self.out_spec = program.call_spec.in_spec, program.call_spec.out_spec
-        state = {**program.state_dict, **program.constants}
-        self.names: dict[str, str] = {}
-        for i, spec in enumerate(self.signature.input_specs):
-            if spec.target is not None:
-                self.register_buffer(f"state_{i}", state[spec.target])
-                self.names[spec.arg.name] = f"state_{i}"
-        self.nodes = {n.name: n for n in self.graph.nodes}
+        super().__init__(program)
+        self.split, self.grid = split, grid
+        self.prefix = set(split.region) | set(split.once)
         self.regions = _tile_regions(split, self.nodes, grid)
         self.reductions = {name: (sub, _tile_regions(sub, self.nodes, grid))
                            for name in split.once if _reduces_space(self.nodes[name])
                            for sub in [_behind(split, self.nodes[name].args[0].name,
                                                self.nodes)]}
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        flat = pytree.tree_leaves((args, kwargs))
-        env: dict[str, Any] = {}
-        users = iter(flat)
-        prefix = set(self.split.region) | set(self.split.once)
-        for node in self.graph.nodes:
-            if node.op == "placeholder":
-                env[node.name] = getattr(self, self.names[node.name]) \
-                    if node.name in self.names else next(users)
-            elif node.op == "output":
-                return pytree.tree_unflatten(
-                    [env[a.name] if isinstance(a, torch.fx.Node) else a for a in node.args[0]],
-                    self.out_spec)
-            elif node.name == self.split.node:
-                env[node.name] = self._patches(env)
-            elif node.name not in prefix:
-                args_, kwargs_ = torch.fx.node.map_arg((node.args, node.kwargs),
-                                                       lambda n: env[n.name])
-                env[node.name] = node.target(*args_, **kwargs_)
-        raise InputError("patches: the program has no output node")
+    def produce(self, node: torch.fx.Node, env: dict[str, Any]) -> bool:
+        if node.name == self.split.node:
+            env[node.name] = self._patches(env)
+        return node.name in self.prefix
 
     def _patches(self, env: Mapping[str, Any]) -> torch.Tensor:
         gates = dict(env)
@@ -448,9 +424,7 @@ class _Patched(torch.nn.Module):
                 sub, tiles = self.reductions[name]
                 gates[name] = _reduced(node, tiles, sub, self.nodes, gates)
             else:
-                args_, kwargs_ = torch.fx.node.map_arg((node.args, node.kwargs),
-                                                       lambda n: gates[n.name])
-                gates[name] = node.target(*args_, **kwargs_)
+                gates[name] = call(node, gates)
         rows = []
         for needed in self.regions:
             row = [_run_tile(self.split, self.nodes, gates, have) for have in needed]
@@ -471,9 +445,7 @@ def patch_program(program: ExportedProgram, split: Split, grid: Grid) -> Exporte
         raise InputError(f"patches: a {grid[0]}x{grid[1]} grid does not fit the split value "
                          f"{split.node!r} of {rows}x{cols}; choose 1 <= rows <= {rows}, "
                          f"1 <= cols <= {cols}")
-    args, kwargs = program.example_inputs
-    patched = torch.export.export(_Patched(program, split, grid), args, kwargs, strict=False)
-    return patched.run_decompositions()
+    return export_again(_Patched(program, split, grid), program)
 
 
 def _conv_macs(node: torch.fx.Node, region: Region | None = None) -> int:

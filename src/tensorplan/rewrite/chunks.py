@@ -1,0 +1,501 @@
+"""Stage 0': the token dim chunk by chunk — a transformer's peak run in row chunks (a rewrite).
+
+A transformer's peak is an intermediate that grows with the sequence and is made whole: the
+attention scores and their softmax (heads x S x S), the MLP's S x 4H, the logits. Each of
+their rows is a function of the same rows of a few values (the query rows, the residual
+stream's rows) and of values read whole (the keys and values, the weights). Running such a
+*region* once per chunk of rows, each chunk written into its slice of the region's output
+(the *split*: a ``cat`` of the chunks, made in place by the schedule), holds one chunk of the
+intermediates at a time. :func:`chunk_program` is a pure function from a program to a program:
+the chunked program is an ordinary ``ExportedProgram`` for every later stage.
+
+Regions. :func:`regions` walks the graph from its end. A candidate split ``y`` along one of its
+dims has the region of every value whose rows that chunk needs (``rows.py``'s rules, applied
+backwards from ``y``) that is read by nothing outside the region and always at the same rows;
+a value read whole by a region node (the keys of ``q @ k^T``), read at other rows, read after
+the split or without a row rule is computed once, before the chunks, and sliced. A region is
+kept when it holds a value larger than its split (scores, an MLP's S x 4H): otherwise chunking
+adds steps only. A layer's output is read whole by the next layer's keys and values, so a
+region is about one layer: its attention by query rows, its MLP and its residuals.
+
+Exact: every op of a region computes rows of its output from rows of its inputs exactly as it
+computes them whole (the softmax of a row is over all its keys; nothing splits a reduction),
+and no arithmetic is added: the multiply-adds of the chunked program equal the original's.
+
+Worked example: ``softmax(q @ k^T) @ v`` with ``q = x @ wq``, ``k = x @ wk``, ``v = x @ wv``
+(``x`` of 64 rows) in 4 chunks: ``k`` and ``v`` are computed once; for rows ``[16 i, 16 i + 16)``
+of ``x``, ``q`` (16 rows), the scores (16 x 64), their softmax and the output rows are computed,
+and the four output chunks are concatenated.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+
+from tensorplan.errors import InputError
+from tensorplan.ops.schemas import is_view
+from tensorplan.rewrite.replay import Replay, export_again
+from tensorplan.rewrite.rows import _RESHAPES, WHOLE, Need, Rows, has_rule, input_rows, shape
+
+aten = torch.ops.aten
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Region:
+    """The values made once per chunk of a split's rows."""
+
+    split: str  # the value made chunk by chunk and concatenated (the region's last node)
+    dim: int  # the split's dim the chunks divide
+    extent: int  # the split's rows along it
+    nodes: tuple[str, ...]  # every node run per chunk, in graph order (the split last)
+    rows: Mapping[str, Rows]  # each node's rows for a chunk of the split's
+    needs: Mapping[str, Mapping[str, Need]]  # what each node reads of each input
+    checks: tuple[str, ...]  # checks (``_assert_tensor_metadata``) of region values, dropped
+    largest: str  # the region's largest value made whole as exported
+    largest_bytes: int
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A large value left whole, and why."""
+
+    value: str
+    nbytes: int
+    reason: str
+
+
+def _nbytes(node: torch.fx.Node) -> int:
+    """The bytes of a node's value (of its largest tensor, for a tuple)."""
+    value = node.meta.get("val")
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return max((v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor)),
+               default=0)
+
+
+def constants(program: ExportedProgram) -> set[str]:
+    """The parameters, constant tensors and buffers never written, and every value made from
+    them alone (a weight's transpose): computed once, whole (folded), never by rows."""
+    written = {s.target for s in program.graph_signature.output_specs
+               if s.kind.name == "BUFFER_MUTATION"}
+    found = {s.arg.name for s in program.graph_signature.input_specs
+             if s.kind.name in ("PARAMETER", "CONSTANT_TENSOR")
+             or (s.kind.name == "BUFFER" and s.target not in written)}
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.all_input_nodes and all(
+                n.name in found for n in node.all_input_nodes):
+            found.add(node.name)
+    return found
+
+
+def _is_check(node: torch.fx.Node) -> bool:
+    """A node with no value and no reader: an assertion on its inputs."""
+    return node.op == "call_function" and node.meta.get("val") is None and not node.users
+
+
+def _readers(node: torch.fx.Node) -> list[torch.fx.Node]:
+    return [u for u in node.users if not _is_check(u)]
+
+
+class _Walk:
+    """One region search from a split: the rows each value is read at, and why a value was
+    left out of the region."""
+
+    def __init__(self, index: Mapping[str, int], taken: set[str], fixed: set[str]) -> None:
+        self.index, self.taken, self.fixed = index, taken, fixed
+        self.reasons: dict[str, str] = {}
+
+    def _rows_of(self, node: torch.fx.Node, needs: Mapping[str, list[tuple[str, Need]]],
+                 region: Mapping[str, Rows]) -> Rows | None:
+        """The rows ``node`` runs at in the region, or None (and why, in ``reasons``)."""
+        read = needs[node.name]
+        whole = next((user for user, need in read if need == WHOLE), None)
+        outside = next((u.name for u in _readers(node) if u.name not in region), None)
+        if node.op != "call_function":
+            reason = "a graph input"
+        elif node.name in self.taken:
+            reason = "in another region"
+        elif node.name in self.fixed:
+            reason = "a constant (computed once)"
+        elif whole is not None:
+            reason = f"read whole by {whole}"
+        elif outside is not None:
+            reason = f"read by {outside}, outside the region"
+        elif len({need for _, need in read}) > 1:
+            reason = "read at different rows"
+        else:
+            return read[0][1]  # type: ignore[return-value]
+        self.reasons.setdefault(node.name, reason)
+        return None
+
+    def region(self, split: torch.fx.Node, dim: int) -> dict[str, tuple[Rows, dict[str, Need]]]:
+        """Every node of the region of ``split`` along ``dim`` with its rows and needs (empty
+        when the split itself cannot be made by rows)."""
+        found: dict[str, tuple[Rows, dict[str, Need]]] = {}
+        rows_of: dict[str, Rows] = {}
+        needs: dict[str, list[tuple[str, Need]]] = {}
+        nodes = {split.name: split}
+        heap = [(-self.index[split.name], split.name)]
+        while heap:
+            _, name = heapq.heappop(heap)
+            node = nodes[name]
+            rows = Rows(dim) if node is split else self._rows_of(node, needs, rows_of)
+            need = None if rows is None else input_rows(node, rows)
+            if need is None:
+                if rows is not None:
+                    self.reasons.setdefault(name, f"{node.target} has no row rule for dim "
+                                                  f"{rows.dim}")
+                continue
+            found[name], rows_of[name] = (rows, need), rows
+            for arg in node.all_input_nodes:
+                if arg.name in need:
+                    if arg.name not in nodes:
+                        nodes[arg.name] = arg
+                        heapq.heappush(heap, (-self.index[arg.name], arg.name))
+                    needs.setdefault(arg.name, []).append((name, need[arg.name]))
+        return found
+
+
+def _region_of(split: torch.fx.Node, dim: int, found: Mapping[str, tuple[Rows, dict]],
+               graph: torch.fx.Graph) -> Region:
+    members = [n for n in graph.nodes if n.name in found]
+    inner = [n for n in members if n is not split and not _is_view(n)] or [split]
+    largest = max(inner, key=_nbytes)
+    checks = tuple(u.name for n in members for u in n.users if _is_check(u))
+    return Region(split.name, dim, int(shape(split)[dim]), tuple(n.name for n in members),
+                  {n.name: found[n.name][0] for n in members},
+                  {n.name: found[n.name][1] for n in members}, checks, largest.name,
+                  _nbytes(largest))
+
+
+def _best_region(split: torch.fx.Node, walk: _Walk, graph: torch.fx.Graph) -> Region | None:
+    """The split's region along the dim whose largest value is largest, when that value is
+    larger than the split."""
+    best = None
+    for dim, extent in enumerate(shape(split)):
+        if extent < 2:
+            continue
+        found = walk.region(split, dim)
+        if len(found) > 1:
+            region = _region_of(split, dim, found, graph)
+            if best is None or region.largest_bytes > best.largest_bytes:
+                best = region
+    return best if best is not None and best.largest_bytes > _nbytes(split) else None
+
+
+def _static(program: ExportedProgram) -> bool:
+    return all(isinstance(d, int) for n in program.graph.nodes if n.op == "placeholder"
+               for d in (shape(n) or ()))
+
+
+def regions(program: ExportedProgram, largest: int = 5) -> tuple[list[Region], list[Whole]]:
+    """The regions of the program, in graph order, and its ``largest`` values left whole
+    (with the reason each is not in a region)."""
+    graph = program.graph
+    order = list(graph.nodes)
+    index = {n.name: i for i, n in enumerate(order)}
+    taken: set[str] = set()
+    walk = _Walk(index, taken, constants(program))
+    found: list[Region] = []
+    for node in reversed(order):  # a view is no split: its chunks would be copied by the cat
+        if node.name in taken or node.name in walk.fixed or not has_rule(node) \
+                or _is_view(node) or not isinstance(node.meta.get("val"), torch.Tensor):
+            continue
+        region = _best_region(node, walk, graph)
+        if region is not None:
+            found.append(region)
+            taken.update(region.nodes)
+    whole = sorted((n for n in order if n.op == "call_function" and n.name not in taken
+                    and n.name not in walk.fixed),
+                   key=_nbytes, reverse=True)[:largest]
+    outputs = {a.name for a in order[-1].all_input_nodes} if order[-1].op == "output" else set()
+    reasons = [Whole(n.name, _nbytes(n), _reason(n, walk.reasons, outputs)) for n in whole]
+    return found[::-1], reasons
+
+
+def _reason(node: torch.fx.Node, reasons: Mapping[str, str], outputs: set[str],
+            depth: int = 8) -> str:
+    """Why ``node`` is made whole: its own reason, or the first a reader of it has."""
+    if node.name in outputs:
+        return "an output of the program (made whole)"
+    if node.name in reasons:
+        return reasons[node.name]
+    if not has_rule(node):
+        return f"{node.target} has no row rule"
+    for reader in _readers(node):
+        if depth and (reader.name in reasons or reader.name in outputs):
+            return f"read by {reader.name}, made whole: " \
+                   f"{_reason(reader, reasons, outputs, depth - 1)}"
+    for reader in _readers(node):
+        if depth:
+            return f"read by {reader.name}, made whole: " \
+                   f"{_reason(reader, reasons, outputs, depth - 1)}"
+    return "read by no region"
+
+
+def _tiles(size: int, parts: int) -> list[Span]:
+    bounds = [round(i * size / parts) for i in range(parts + 1)]
+    return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def _cut(value: torch.Tensor, need: Need, chunk: Span) -> torch.Tensor:
+    """The rows of a value made whole that a region node reads for ``chunk``."""
+    if need == WHOLE:
+        return value
+    start, stop = need.span(chunk)
+    if (start, stop) == (0, value.shape[need.dim]):
+        return value
+    return aten.slice.Tensor(value, need.dim, start, stop)
+
+
+def _run(node: torch.fx.Node, rows: Rows, args: Sequence[Any], kwargs: Mapping[str, Any],
+         chunk: Span) -> Any:
+    """One region node on one chunk: its inputs already cut to the chunk's rows."""
+    if node.target is aten.slice.Tensor and node.args[1] % len(shape(node)) == rows.dim:
+        return args[0]  # its input was cut to the slice's rows of the chunk
+    if node.target in _RESHAPES or node.target is aten.expand.default:
+        size = list(shape(node))
+        start, stop = rows.span(chunk)
+        size[rows.dim] = stop - start
+        return node.target(args[0], size, *args[2:], **kwargs)
+    return node.target(*args, **kwargs)
+
+
+def run_region(region: Region, nodes: Mapping[str, torch.fx.Node], env: Mapping[str, Any],
+               chunk: Span) -> torch.Tensor:
+    """The split's rows ``chunk``: every region node on its rows of the chunk."""
+    local: dict[str, Any] = {}
+    for name in region.nodes:
+        node, needs = nodes[name], region.needs[name]
+
+        def value(arg: torch.fx.Node, needs: Mapping[str, Need] = needs) -> Any:
+            return local[arg.name] if arg.name in local else _cut(env[arg.name],
+                                                                  needs[arg.name], chunk)
+
+        source = node.args[0] if node.target is operator.getitem else None
+        if source is not None and source.name not in local:  # an item of a tuple made whole
+            local[name] = _cut(env[source.name][node.args[1]], region.rows[name], chunk)
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
+        local[name] = _run(node, region.rows[name], args, kwargs, chunk)
+    return local[region.split]
+
+
+class _Chunked(Replay):
+    """The program's graph run node by node, each region once per chunk of its split."""
+
+    def __init__(self, program: ExportedProgram, found: Sequence[Region],
+                 counts: Sequence[int]) -> None:
+        super().__init__(program)
+        self.regions = {r.split: (r, _tiles(r.extent, n)) for r, n in zip(found, counts,
+                                                                          strict=True)}
+        self.inside = {name for r in found for name in (*r.nodes[:-1], *r.checks)}
+
+    def produce(self, node: torch.fx.Node, env: dict[str, Any]) -> bool:
+        if node.name in self.regions:
+            region, chunks = self.regions[node.name]
+            parts = [run_region(region, self.nodes, env, chunk) for chunk in chunks]
+            env[node.name] = aten.cat.default(parts, region.dim) if len(parts) > 1 \
+                else parts[0]
+            return True
+        return node.name in self.inside
+
+
+def chunk_program(program: ExportedProgram, found: Sequence[Region],
+                  counts: Sequence[int]) -> ExportedProgram:
+    """The program with each region run once per chunk of its split's rows (``counts[i]``
+    chunks for ``found[i]``, as even as the rows allow), exported again in core ATen.
+
+    Pure: ``program`` is not modified. Raises ``InputError`` for a count below 1 or above a
+    region's rows.
+    """
+    for region, count in zip(found, counts, strict=True):
+        if not 1 <= count <= region.extent:
+            raise InputError(f"chunks: {count} chunks do not fit the {region.extent} rows of "
+                             f"{region.split!r} (dim {region.dim}); choose 1 to "
+                             f"{region.extent}")
+    return export_again(_Chunked(program, found, counts), program)
+
+
+_MATMULS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0,
+            aten.baddbmm.default: 1}
+
+
+def multiply_adds(program: ExportedProgram) -> int:
+    """Multiply-adds of the program's matmuls and convolutions (output elements times the
+    contracted size)."""
+    total = 0
+    for node in program.graph.nodes:
+        out = shape(node)
+        if node.target in _MATMULS:
+            first = shape(node.args[_MATMULS[node.target]])
+            total += math.prod(out) * first[-1]
+        elif node.target is aten.convolution.default:
+            total += math.prod(out) * math.prod(shape(node.args[1])[1:])
+    return total
+
+
+def _tensor_bytes(node: torch.fx.Node) -> int:
+    value = node.meta.get("val")
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """A value in its source's storage: a view, or an item of a view op's tuple."""
+    op = node.target
+    if op is operator.getitem:
+        return _is_view(node.args[0])
+    return isinstance(op, torch._ops.OpOverload) and is_view(op)
+
+
+def _root(node: torch.fx.Node, roots: Mapping[str, str]) -> str:
+    """The value whose buffer ``node`` lives in (its own, or its view source's)."""
+    if _is_view(node) and isinstance(node.args[0], torch.fx.Node):
+        return roots.get(node.args[0].name, node.args[0].name)
+    return node.name
+
+
+def estimate(program: ExportedProgram, found: Sequence[Region], count: int) -> int:
+    """The peak bytes live at once when the program runs in graph order with ``count`` chunks
+    per region and one buffer per value (a view in its source's), read off the program as
+    exported, without rewriting it: a region's values at one chunk's rows, a value a region
+    reads from outside live until the region's last chunk, a split from its first chunk on.
+    It ranks chunk counts; the plan of the chosen one is the real figure."""
+    order = [n for n in program.graph.nodes if n.op == "call_function"]
+    index = {n.name: i for i, n in enumerate(order)}
+    region_of = {name: r for r in found for name in r.nodes}
+    first = {r.split: index[r.nodes[0]] for r in found}
+    fixed = constants(program)
+    roots: dict[str, str] = {}
+    size: dict[str, int] = {}
+    live: dict[str, list[int]] = {}
+    for i, node in enumerate(order):
+        if node.name in fixed:
+            continue
+        region = region_of.get(node.name)
+        root = roots[node.name] = _root(node, roots)
+        if root == node.name:
+            nbytes = _tensor_bytes(node)
+            if region is not None and node.name != region.split:
+                nbytes = math.ceil(nbytes * math.ceil(region.extent / count) / region.extent)
+            size[root] = nbytes
+            live[root] = [first.get(node.name, i), i]
+        for arg in node.all_input_nodes:
+            span = live.get(roots.get(arg.name, arg.name))
+            if span is not None:  # an activation (inputs and constants are not counted)
+                outside = region is not None and region_of.get(arg.name) is not region
+                span[1] = max(span[1], index[region.split] if outside else i)
+    change = [0] * (len(order) + 1)
+    for root, (start, stop) in live.items():
+        change[start] += size[root]
+        change[stop + 1] -= size[root]
+    peak = total = 0
+    for delta in change:
+        total += delta
+        peak = max(peak, total)
+    return peak
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One chunk count tried and what it gives."""
+
+    chunks: int  # chunks per region (1: the program as exported)
+    estimate_bytes: int  # ``estimate``'s peak (graph order, one buffer per value)
+    arena_bytes: int | None = None  # its planned arena (tensorplan's greedy, the compile's
+    #                                 switches; None: not planned, its estimate ranked lower)
+    overhead: float | None = None  # matmul multiply-adds over the program as exported's
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """What ``compile(..., chunks=...)`` tried and kept."""
+
+    chosen: Candidate  # the one kept (chunks 1: the program as exported)
+    candidates: tuple[Candidate, ...]  # every one estimated, the program as exported first
+    regions: tuple[Region, ...]  # the regions found (chunked when chosen.chunks > 1)
+    whole: tuple[Whole, ...]  # the largest values left whole and why
+    declined: str  # why nothing was chunked ("" when a chunking was kept)
+    max_overhead: float  # the multiply-add budget a chunking had to meet
+
+
+AUTO_COUNTS: tuple[int, ...] = (2, 4, 8, 16, 32)  # the chunk counts "auto" estimates
+AUTO_SLACK = 1.05  # "auto" plans the fewest chunks estimated within this of the least
+MAX_OVERHEAD = 1.02  # chunking adds steps, not arithmetic
+
+
+def _checked(chunks: Any) -> tuple[int, ...]:
+    if chunks == "auto":
+        return AUTO_COUNTS
+    if isinstance(chunks, int) and not isinstance(chunks, bool) and chunks >= 1:
+        return (chunks,)
+    raise InputError(f"chunks: expected None, \"auto\" or a positive number of chunks, got "
+                     f"{chunks!r}")
+
+
+SMALL_REGION = 0.1  # a region whose largest value is below this share of the largest
+#                     region's is kept only where it lowers the estimate
+
+
+def _worth_it(program: ExportedProgram, found: Sequence[Region], count: int) -> list[Region]:
+    """The regions without the small ones (a norm's statistics, a position count) whose
+    chunking does not lower the estimated peak: they would add steps only."""
+    kept = list(found)
+    largest = max(r.largest_bytes for r in found)
+    for region in sorted(found, key=lambda r: r.largest_bytes):
+        if region.largest_bytes >= SMALL_REGION * largest:
+            break
+        without = [r for r in kept if r is not region]
+        if estimate(program, without, count) <= estimate(program, kept, count):
+            kept = without
+    return kept
+
+
+def _declined(base: Candidate, reason: str, whole: Sequence[Whole] = ()) -> Chunking:
+    return Chunking(base, (base,), (), tuple(whole), reason, MAX_OVERHEAD)
+
+
+def choose(program: ExportedProgram, chunks: str | int,
+           arena_of: Callable[[ExportedProgram], int]) -> tuple[ExportedProgram, Chunking]:
+    """The program to compile and what was tried. Each count (``AUTO_COUNTS`` for ``"auto"``,
+    at most each region's rows, over every region) is ranked by ``estimate``; the fewest
+    chunks estimated within ``AUTO_SLACK`` of the least is rewritten and planned (``arena_of``
+    plans a program and returns its arena bytes), and kept when its arena is strictly smaller
+    than the program as exported's and its multiply-adds within ``MAX_OVERHEAD``. A program
+    with dynamic dims or no region declines (the reason in ``Chunking.declined``).
+    """
+    counts = _checked(chunks)
+    base = Candidate(1, 0, arena_of(program), 1.0)
+    if not _static(program):
+        return program, _declined(base, "dynamic dims: the chunk rewrite runs on programs of "
+                                        "static shapes only")
+    found, whole = regions(program)
+    base = Candidate(1, estimate(program, found, 1), base.arena_bytes, 1.0)
+    if not found:
+        return program, _declined(base, "no region: no value made by rows holds a larger one "
+                                        "(no attention or MLP over a token dim)", whole)
+    estimates = {n: estimate(program, found, n) for n in counts}
+    least = min(estimates.values())
+    pick = min(n for n in counts if estimates[n] <= least * AUTO_SLACK)
+    found = _worth_it(program, found, pick)
+    chunked = chunk_program(program, found, [min(pick, r.extent) for r in found])
+    planned = Candidate(pick, estimates[pick], arena_of(chunked),
+                        multiply_adds(chunked) / (multiply_adds(program) or 1))
+    tried = (base, *(planned if n == pick else Candidate(n, estimates[n]) for n in counts))
+    if planned.overhead > MAX_OVERHEAD:
+        reason = f"{pick} chunks add multiply-adds ({planned.overhead:.3f}x)"
+    elif planned.arena_bytes >= base.arena_bytes:
+        reason = f"{pick} chunks plan no smaller than the program as exported"
+    else:
+        return chunked, Chunking(planned, tried, tuple(found), tuple(whole), "", MAX_OVERHEAD)
+    return program, Chunking(base, tried, tuple(found), tuple(whole), reason, MAX_OVERHEAD)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import functools
+
 import torch
 import torch.fx
 from torch.export import ExportedProgram
@@ -42,24 +44,32 @@ class Replay(torch.nn.Module):
         self.out_spec = program.call_spec.out_spec
         self.nodes = {n.name: n for n in self.graph.nodes}
         state = {**program.state_dict, **program.constants}
-        self.names: dict[str, str] = {}
-        for i, spec in enumerate(self.signature.input_specs):
-            if spec.target is None:
-                continue
-            name = self.names[spec.arg.name] = f"state_{i}"
-            if spec.kind == InputKind.PARAMETER:
-                self.register_parameter(name, torch.nn.Parameter(state[spec.target],
-                                                                 requires_grad=False))
-            else:
-                self.register_buffer(name, state[spec.target],
-                                     persistent=spec.kind == InputKind.BUFFER
-                                     and spec.persistent is not False)
-        self.mutated = {spec.arg.name: self.names[self._placeholder_of(spec.target)]
-                        for spec in self.signature.output_specs
+        self.names: dict[str, str] = {}  # placeholder -> its state's name (the original's)
+        for spec in self.signature.input_specs:
+            if spec.target is not None:
+                self.names[spec.arg.name] = spec.target
+                self._hold(spec.target, state[spec.target], spec)
+        self.mutated = {spec.arg.name: spec.target for spec in self.signature.output_specs
                         if spec.kind == OutputKind.BUFFER_MUTATION}
 
-    def _placeholder_of(self, buffer: str) -> str:
-        return next(s.arg.name for s in self.signature.input_specs if s.target == buffer)
+    def _hold(self, target: str, value: torch.Tensor, spec: Any) -> None:
+        """Keep a parameter, buffer or constant under its own dotted name and kind, so the
+        exported program's state is named as the original's (``state_dict`` keys)."""
+        *path, name = target.split(".")
+        owner: torch.nn.Module = self
+        for part in path:
+            if not hasattr(owner, part):
+                owner.add_module(part, torch.nn.Module())
+            owner = getattr(owner, part)
+        if spec.kind == InputKind.PARAMETER:
+            owner.register_parameter(name, torch.nn.Parameter(value, requires_grad=False))
+        else:
+            owner.register_buffer(name, value, persistent=spec.kind == InputKind.BUFFER
+                                  and spec.persistent is not False)
+
+    def state(self, target: str) -> torch.Tensor:
+        """The parameter, buffer or constant of that (dotted) name."""
+        return functools.reduce(getattr, target.split("."), self)
 
     def produce(self, node: torch.fx.Node, env: dict[str, Any]) -> bool:
         """Make ``node``'s value in ``env`` another way (True), or leave it to the replay."""
@@ -70,7 +80,7 @@ class Replay(torch.nn.Module):
         env: dict[str, Any] = {}
         for node in self.graph.nodes:
             if node.op == "placeholder":
-                env[node.name] = getattr(self, self.names[node.name]) \
+                env[node.name] = self.state(self.names[node.name]) \
                     if node.name in self.names else next(users)
             elif node.op == "output":
                 return self._outputs(node, env)
@@ -84,7 +94,7 @@ class Replay(torch.nn.Module):
         for spec, arg in zip(self.signature.output_specs, node.args[0], strict=True):
             value = env[arg.name] if isinstance(arg, torch.fx.Node) else arg
             if getattr(spec.arg, "name", None) in self.mutated:
-                getattr(self, self.mutated[spec.arg.name]).copy_(value)
+                self.state(self.mutated[spec.arg.name]).copy_(value)
             else:
                 outputs.append(value)
         return pytree.tree_unflatten(outputs, self.out_spec)

@@ -1,0 +1,342 @@
+"""The token dim chunk by chunk (``rewrite/chunks.py``, ``rewrite/rows.py``; issue 31).
+
+Exactness is checked two ways: the chunked program's outputs equal the unchunked program's
+bitwise on one thread (each chunk here has 16 rows: MKL's matmul of a few rows, 4 and below,
+sums in another order, so a chunk that small is only equal within rounding), and both equal
+eager within 1e-5 (the exported attention is decomposed, eager's is fused).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tensorplan as tp
+from tensorplan.errors import InputError
+from tensorplan.rewrite import chunks
+from tensorplan.rewrite.rows import WHOLE, Rows, input_rows, reshaped_rows
+
+S, D, H = 64, 32, 4  # tokens, width, heads
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _rotary(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding over the last dim (the tables sliced like the rows)."""
+    half = x.shape[-1] // 2
+    freq = 1.0 / (10000 ** (torch.arange(half) / half))
+    angles = torch.arange(x.shape[-2])[:, None] * freq[None, :]
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+class Layer(nn.Module):
+    """One pre-norm transformer layer; the options cover the attention variants of issue 31:
+    causal or padded, grouped-query, rotary, a learned relative bias, cross-attention, and a
+    mixture of experts routed per token."""
+
+    def __init__(self, causal: bool = True, kv_heads: int = H, rotary: bool = False,
+                 bias: bool = False, cross: bool = False, experts: int = 0) -> None:
+        super().__init__()
+        self.causal, self.kv_heads, self.rotary, self.cross = causal, kv_heads, rotary, cross
+        self.norm1, self.norm2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.q = nn.Linear(D, D)
+        self.kv = nn.Linear(D, 2 * D // H * kv_heads)
+        self.out = nn.Linear(D, D)
+        self.bias = nn.Parameter(torch.randn(H, S, S)) if bias else None
+        self.router = nn.Linear(D, experts) if experts else None
+        count = max(experts, 1)
+        self.up = nn.ModuleList(nn.Linear(D, 4 * D) for _ in range(count))
+        self.down = nn.ModuleList(nn.Linear(4 * D, D) for _ in range(count))
+
+    def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        return x.view(1, x.shape[1], heads, D // H).transpose(1, 2)
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.router is None:
+            return self.down[0](F.gelu(self.up[0](x)))
+        gates = self.router(x).softmax(-1)
+        top, index = gates.topk(2, dim=-1)
+        weights = torch.zeros_like(gates).scatter(-1, index, top)
+        outs = torch.stack([down(F.gelu(up(x))) for up, down in zip(self.up, self.down)], -1)
+        return (outs * weights.unsqueeze(-2)).sum(-1)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None,
+                pad: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.norm1(x)
+        q = self._heads(self.q(h), H)
+        k, v = self.kv(memory if self.cross else h).chunk(2, -1)
+        k, v = self._heads(k, self.kv_heads), self._heads(v, self.kv_heads)
+        if self.rotary:
+            q, k = _rotary(q), _rotary(k)
+        if self.kv_heads != H:
+            k = k.repeat_interleave(H // self.kv_heads, 1)
+            v = v.repeat_interleave(H // self.kv_heads, 1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(D // H)
+        if self.bias is not None:
+            scores = scores + self.bias
+        if self.causal:
+            scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), -1e9)
+        if pad is not None:
+            scores = scores + (1.0 - pad[:, None, None, :]) * -1e9
+        a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(1, S, D)
+        x = x + self.out(a)
+        return x + self._mlp(self.norm2(x))
+
+
+class Stack(nn.Module):
+    """Two layers and a head over a token embedding."""
+
+    def __init__(self, **options) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, D)
+        self.layers = nn.ModuleList(Layer(**options) for _ in range(2))
+        self.head = nn.Linear(D, 8)
+
+    def forward(self, tokens: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, *rest)
+        return self.head(x)
+
+
+def _tokens() -> torch.Tensor:
+    return torch.randint(0, 50, (1, S))
+
+
+def _both(model: nn.Module, args: tuple, count: int = 4):
+    """The program compiled as exported and with ``count`` chunks."""
+    program = tp.capture(model.eval(), args)
+    return tp.compile(program), tp.compile(program, chunks=count)
+
+
+def _check_exact(model: nn.Module, args: tuple, count: int = 4) -> tp.Program:
+    plain, chunked = _both(model, args, count)
+    assert chunked.chunking.chosen.chunks == count, chunked.chunking.declined
+    assert chunked.plan.arena_bytes < plain.plan.arena_bytes
+    with torch.no_grad():
+        eager = model(*args)
+    got = chunked.run(*args)
+    assert torch.equal(got, plain.run(*args))
+    torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
+    return chunked
+
+
+@pytest.mark.parametrize("options", [
+    {"causal": True}, {"causal": False}, {"kv_heads": 2}, {"rotary": True},
+    {"bias": True}, {"experts": 4},
+], ids=["causal", "bidirectional", "grouped-query", "rotary", "relative-bias", "experts"])
+def test_chunked_layers_equal_the_unchunked_program_and_eager(options) -> None:
+    torch.manual_seed(0)
+    prog = _check_exact(Stack(**options), (_tokens(),))
+    assert len(prog.chunking.regions) >= 2  # one per layer at least
+    assert prog.chunking.chosen.overhead == 1.0  # chunking adds no multiply-adds
+
+
+def test_a_padding_mask_and_cross_attention_are_sliced_by_rows() -> None:
+    torch.manual_seed(0)
+    pad = torch.ones(1, S)
+    pad[:, 50:] = 0
+    model = Stack(causal=False, cross=True)
+    _check_exact(model, (_tokens(), torch.randn(1, S, D), pad))
+
+
+def test_the_scores_are_made_one_chunk_at_a_time() -> None:
+    """A layer's region holds its scores (heads x S x S), made per chunk: the planned arena
+    drops by more than three quarters of one layer's scores at 4 chunks."""
+    torch.manual_seed(0)
+    plain, chunked = _both(Stack(), (_tokens(),), 4)
+    region = chunked.chunking.regions[-1]
+    assert region.largest_bytes >= H * S * S * 4
+    scores = H * S * S * 4
+    assert plain.plan.arena_bytes - chunked.plan.arena_bytes >= 0.75 * scores - 4096
+
+
+class Cache(nn.Module):
+    """Attention over a key/value cache written at the positions given (a mutable buffer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = Layer(causal=False)
+        self.register_buffer("keys", torch.zeros(1, S, D))
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        self.keys.index_copy_(1, positions, self.layer.norm1(x))
+        return self.layer(x, None) + self.keys.sum()
+
+
+def test_a_kv_cache_write_stays_whole_and_the_buffer_is_written() -> None:
+    torch.manual_seed(0)
+    model = Cache().eval()
+    x, positions = torch.randn(1, S, D), torch.arange(S)
+    program = tp.capture(model, (x, positions))
+    chunked = tp.compile(program, chunks=4)
+    assert chunked.chunking.chosen.chunks == 4
+    plain = tp.compile(program)
+    for _ in range(2):
+        assert torch.equal(chunked.run(x, positions), plain.run(x, positions))
+    assert torch.equal(chunked.state_dict()["keys"], plain.state_dict()["keys"])
+    with torch.no_grad():
+        torch.testing.assert_close(chunked.run(x, positions), model(x, positions))
+
+
+def test_auto_keeps_the_count_its_estimate_ranks_first_and_lists_the_rest() -> None:
+    torch.manual_seed(0)
+    tokens = _tokens()
+    prog = tp.compile(Stack().eval(), (tokens,), chunks="auto")
+    tried = prog.chunking.candidates
+    assert [c.chunks for c in tried] == [1, *chunks.AUTO_COUNTS]
+    planned = [c for c in tried if c.arena_bytes is not None]
+    assert len(planned) == 2  # the program as exported and the count chosen
+    least = min(c.estimate_bytes for c in tried[1:])
+    assert prog.chunking.chosen.estimate_bytes <= least * chunks.AUTO_SLACK
+    assert prog.chunking.chosen.arena_bytes == prog.plan.arena_bytes
+    assert all(c.estimate_bytes > n.estimate_bytes for c, n in zip(tried, tried[1:]))
+
+
+def test_a_dynamic_seq_declines_with_its_reason() -> None:
+    tokens = _tokens()
+    seq = torch.export.Dim("seq", min=2, max=S)
+    model = nn.Sequential(nn.Embedding(50, D), nn.Linear(D, 4 * D), nn.GELU(),
+                          nn.Linear(4 * D, D)).eval()
+    prog = tp.compile(model, (tokens,), dynamic_shapes=({1: seq},), chunks=4)
+    assert prog.chunking.chosen.chunks == 1
+    assert prog.chunking.declined.startswith("dynamic dims")
+
+
+def test_a_program_with_no_region_declines_with_its_reason() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    prog = tp.compile(model, (torch.randn(1, 3, 8, 8),), chunks="auto")
+    assert prog.chunking.chosen.chunks == 1
+    assert prog.chunking.declined.startswith("no region")
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True, "4", (2, 2)])
+def test_chunks_that_are_not_auto_or_a_positive_int_are_an_input_error(bad) -> None:
+    with pytest.raises(InputError, match="expected None, \"auto\" or a positive number"):
+        tp.compile(nn.Linear(4, 4), (torch.randn(2, 4),), chunks=bad)
+
+
+def test_more_chunks_than_rows_is_an_input_error() -> None:
+    program = tp.capture(Stack().eval(), (_tokens(),))
+    found, _ = chunks.regions(program)
+    with pytest.raises(InputError, match=f"do not fit the {S} rows"):
+        chunks.chunk_program(program, found, [S + 1] * len(found))
+
+
+def test_the_keys_are_left_whole_with_the_reader_that_needs_them_whole() -> None:
+    program = tp.capture(Stack(causal=False).eval(), (_tokens(),))
+    _, whole = chunks.regions(program)
+    assert any("read whole by" in w.reason for w in whole)
+
+
+# Row rules, one op each, on a graph of the op alone.
+
+def _node(fn, *args, target=None):
+    class Op(nn.Module):
+        def forward(self, *xs):
+            return fn(*xs)
+
+    program = tp.capture(Op(), args)
+    calls = [n for n in program.graph.nodes if n.op == "call_function"]
+    return next(n for n in calls if target is None or n.target is target)
+
+
+aten = torch.ops.aten
+
+
+def test_a_pointwise_op_slices_inputs_alike_and_reads_a_broadcast_one_whole() -> None:
+    node = _node(torch.add, torch.randn(1, 8, 4), torch.randn(4))
+    x, bias = (a.name for a in node.args)
+    assert input_rows(node, Rows(1)) == {x: Rows(1), bias: WHOLE}
+    assert input_rows(node, Rows(2)) == {x: Rows(2), bias: Rows(0)}
+
+
+def test_a_matmul_reads_its_rows_from_one_side_and_the_other_whole() -> None:
+    node = _node(torch.bmm, torch.randn(2, 8, 4), torch.randn(2, 4, 8))
+    a, b = (arg.name for arg in node.args)
+    assert input_rows(node, Rows(1)) == {a: Rows(1), b: WHOLE}
+    assert input_rows(node, Rows(2)) == {a: WHOLE, b: Rows(2)}
+    assert input_rows(node, Rows(0)) == {a: Rows(0), b: Rows(0)}
+
+
+def test_a_softmax_or_reduction_over_the_dim_is_refused() -> None:
+    softmax = _node(lambda x: x.softmax(-1), torch.randn(8, 8))
+    assert input_rows(softmax, Rows(0)) == {softmax.args[0].name: Rows(0)}
+    assert input_rows(softmax, Rows(1)) is None
+    total = _node(lambda x: x.sum(0), torch.randn(8, 4))
+    assert input_rows(total, Rows(0)) == {total.args[0].name: Rows(1)}  # the input's dim 1
+    assert input_rows(_node(lambda x: x.sum(0, keepdim=True), torch.randn(8, 4)),
+                      Rows(0)) is None
+
+
+def test_a_cat_along_the_dim_is_refused_and_along_another_kept() -> None:
+    node = _node(lambda a, b: torch.cat([a, b], 1), torch.randn(8, 2), torch.randn(8, 3))
+    a, b = (n.name for n in node.args[0])
+    assert input_rows(node, Rows(0)) == {a: Rows(0), b: Rows(0)}
+    assert input_rows(node, Rows(1)) is None
+
+
+def test_a_layer_norm_keeps_the_rows_apart_but_not_its_normalized_dims() -> None:
+    node = _node(lambda x: F.layer_norm(x, (4,)), torch.randn(8, 4),
+                 target=aten.native_layer_norm.default)
+    assert input_rows(node, Rows(0)) == {node.args[0].name: Rows(0)}
+    assert input_rows(node, Rows(1)) is None
+
+
+def test_a_reshape_maps_the_rows_and_refuses_tokens_merged_with_a_batch() -> None:
+    assert reshaped_rows((1, 8, 4), (8, 4), Rows(0)) == Rows(1)
+    assert reshaped_rows((32,), (8, 4), Rows(0)) == Rows(0, scale=4)
+    assert reshaped_rows((8, 4), (1, 8, 2, 2), Rows(1)) == Rows(0)
+    assert reshaped_rows((2, 8, 4), (16, 4), Rows(0)) is None
+
+
+def test_a_slice_along_the_dim_offsets_the_rows() -> None:
+    node = _node(lambda t: t[2:10], torch.randn(16, 4), target=aten.slice.Tensor)
+    assert input_rows(node, Rows(0)) == {node.args[0].name: Rows(0, offset=2)}
+    assert Rows(0, offset=2).span((4, 8)) == (6, 10)
+
+
+def test_an_embedding_takes_the_rows_of_its_indices() -> None:
+    node = _node(lambda w, i: F.embedding(i, w), torch.randn(10, 4),
+                 torch.randint(0, 10, (1, 8)))
+    weight, indices = node.args[0].name, node.args[1].name
+    assert input_rows(node, Rows(1)) == {weight: WHOLE, indices: Rows(1)}
+    assert input_rows(node, Rows(2)) is None
+
+
+def test_the_estimate_falls_with_the_chunk_count() -> None:
+    program = tp.capture(Stack().eval(), (_tokens(),))
+    found, _ = chunks.regions(program)
+    estimates = [chunks.estimate(program, found, n) for n in (1, 2, 4, 8)]
+    assert estimates == sorted(estimates, reverse=True) and estimates[0] > estimates[-1]
+    assert chunks.multiply_adds(program) == chunks.multiply_adds(
+        chunks.chunk_program(program, found, [4] * len(found)))
+
+
+def test_a_chunked_pte_equals_eager_in_executorchs_runtime() -> None:
+    pytest.importorskip("executorch")
+    from executorch.runtime import Runtime
+
+    from tensorplan.integrations.executorch import to_executorch
+
+    torch.manual_seed(0)
+    model, tokens = Stack().eval(), _tokens()
+    prog = tp.compile(model, (tokens,), chunks=4)
+    manager = to_executorch(prog)
+    program = Runtime.get().load_program(manager.buffer)
+    method = program.load_method("forward")
+    with torch.no_grad():
+        torch.testing.assert_close(method.execute([tokens])[0].clone(), model(tokens),
+                                   rtol=1e-5, atol=1e-5)

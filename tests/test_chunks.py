@@ -69,7 +69,7 @@ class Layer(nn.Module):
         gates = self.router(x).softmax(-1)
         top, index = gates.topk(2, dim=-1)
         weights = torch.zeros_like(gates).scatter(-1, index, top)
-        outs = torch.stack([down(F.gelu(up(x))) for up, down in zip(self.up, self.down)], -1)
+        outs = torch.stack([down(F.gelu(up(x))) for up, down in zip(self.up, self.down, strict=True)], -1)
         return (outs * weights.unsqueeze(-2)).sum(-1)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None,
@@ -202,7 +202,7 @@ def test_auto_keeps_the_count_its_estimate_ranks_first_and_lists_the_rest() -> N
     least = min(c.estimate_bytes for c in tried[1:])
     assert prog.chunking.chosen.estimate_bytes <= least * chunks.AUTO_SLACK
     assert prog.chunking.chosen.arena_bytes == prog.plan.arena_bytes
-    assert all(c.estimate_bytes > n.estimate_bytes for c, n in zip(tried, tried[1:]))
+    assert all(c.estimate_bytes > n.estimate_bytes for c, n in zip(tried, tried[1:], strict=False))
 
 
 def test_a_dynamic_seq_declines_with_its_reason() -> None:

@@ -193,3 +193,23 @@ def test_unknown_timeline_format_is_one_line_error(tmp_path, capsys):
     assert main(["plan", "zoo:mlp", "--timeline", str(tmp_path / "t.xyz")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot write" in err and "xyz" in err
+
+
+def test_chunks_flag_prints_the_counts_tried_and_what_stays_whole(capsys):
+    """``tiny_gpt`` is dynamic: the rewrite declines and says why; ``zoo:hf_gpt2`` at 4 chunks
+    plans below the program as exported (the counts table marks it kept)."""
+    assert main(["plan", "zoo:tiny_gpt", "--chunks", "4"]) == 0
+    assert "dynamic dims" in capsys.readouterr().out
+    assert main(["plan", "zoo:hf_gpt2", "--chunks", "4"]) == 0
+    out = capsys.readouterr().out
+    kept = next(line for line in out.splitlines() if line.strip("│ ").startswith("4 "))
+    assert "yes" in kept
+    assert "largest values left whole" in out and "an output of the program" in out
+
+
+@pytest.mark.parametrize("bad", ["0", "two", "-3"])
+def test_chunks_flag_refuses_what_is_not_auto_or_a_count(capsys, bad):
+    with pytest.raises(SystemExit) as error:
+        main(["plan", "zoo:mlp", "--chunks", bad])
+    assert error.value.code == 2
+    assert "expected auto or a positive number of chunks" in capsys.readouterr().err

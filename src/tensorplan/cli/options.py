@@ -95,6 +95,16 @@ def patches(text: str) -> str | tuple[int, int]:
     return int(rows), int(cols)
 
 
+def chunks(text: str) -> str | int:
+    """``auto`` or a positive number of chunks."""
+    if text == "auto":
+        return text
+    if not (text.isdigit() and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"expected auto or a positive number of chunks such "
+                                         f"as 8, got {text}")
+    return int(text)
+
+
 def target_command(commands: argparse._SubParsersAction, name: str,
                    summary: str) -> argparse.ArgumentParser:
     """A subcommand that takes one TARGET (zoo:NAME, module:factory or a file)."""

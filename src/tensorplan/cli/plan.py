@@ -31,6 +31,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--patches", type=options.patches, default=None, metavar="auto|RxC",
                         help="run the high-resolution prefix patch by patch: auto, or a grid "
                              "such as 4x4")
+    parser.add_argument("--chunks", type=options.chunks, default=None, metavar="auto|N",
+                        help="run each transformer layer's attention, MLP and residuals in N "
+                             "chunks of token rows (auto: the count estimated smallest)")
     options.add_bank_options(parser)
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
     parser.add_argument("--at", type=options.sizes, default=None, metavar="DIM=N[,DIM=N]",
@@ -62,6 +65,7 @@ def _report(program: Program, args: argparse.Namespace) -> None:
     from tensorplan.plan.budget import check_arena
     from tensorplan.report import plan_summary, spec_table
     from tensorplan.report.banks import bank_table
+    from tensorplan.report.chunks import chunking_table, whole_table
     from tensorplan.report.patches import patching_table
     from tensorplan.report.symbolic import symbolic_summary
 
@@ -70,6 +74,9 @@ def _report(program: Program, args: argparse.Namespace) -> None:
         console.print(spec_table(program.specs))
     if program.patching is not None:
         console.print(patching_table(program.patching))
+    if program.chunking is not None:
+        console.print(chunking_table(program.chunking))
+        console.print(whole_table(program.chunking))
     if args.at is not None:
         console.print(plan_summary(program.plan.at(**args.at), title=options.at_title(args.at)))
     else:

@@ -44,6 +44,7 @@ class CompileOptions:
     patches: str | tuple[int, int] | None = None   # patch-by-patch prefix (rewrite/patches.py)
     banks: tuple[Bank, ...] | None = None          # memory banks, fastest first (tensorplan.banks)
     pin: tuple[tuple[str, str], ...] = ()          # (value, bank) pins
+    chunks: str | int | None = None                # token rows chunk by chunk (rewrite/chunks.py)
 
 
 def compile_options(args: argparse.Namespace) -> CompileOptions | None:
@@ -56,11 +57,12 @@ def compile_options(args: argparse.Namespace) -> CompileOptions | None:
     switches = ScheduleOptions(args.reuse, args.reorder, args.fold)
     chosen = banks(getattr(args, "bank", None))
     pins = tuple(getattr(args, "pin", ()))
+    chunked = getattr(args, "chunks", None)
     if not given and switches == ScheduleOptions() and args.patches is None and chosen is None \
-            and not pins:
+            and not pins and chunked is None:
         return None
     return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches, args.patches,
-                          chosen, pins)
+                          chosen, pins, chunked)
 
 
 def load_target(target: str, params: CompileOptions | None = None,
@@ -107,7 +109,8 @@ def _options(params: CompileOptions | None) -> dict[str, Any]:
     p, s = options.plan, options.schedule
     return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit,
             "planner_params": p.params, "reuse": s.reuse, "reorder": s.reorder, "fold": s.fold,
-            "patches": options.patches, "banks": options.banks, "pin": dict(options.pin) or None}
+            "patches": options.patches, "chunks": options.chunks, "banks": options.banks,
+            "pin": dict(options.pin) or None}
 
 
 def load_exported(path: str) -> ExportedProgram:

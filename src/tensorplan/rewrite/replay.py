@@ -11,10 +11,9 @@ buffer, so the exported program mutates it too.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
-
-import functools
 
 import torch
 import torch.fx

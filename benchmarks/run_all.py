@@ -34,6 +34,7 @@ SECTIONS = (
     ("Planner on the DSA instances", "bench_dsa.py"),
     ("Shipped: the .pte with tensorplan's plan, run in ExecuTorch's runtime", "bench_pte.py"),
     ("CNNs patch by patch: the high-resolution peak", "bench_patches.py"),
+    ("Transformers chunk by chunk: the token-row peak", "bench_chunks.py"),
     ("Memory banks: the bank choice vs ExecuTorch's banked_greedy", "bench_banks.py"),
     ("Dynamic dims: the symbolic plan at the sizes a run has", "bench_symbolic.py"),
     ("Real size: a 30-layer 135M model's static-cache decode step", "bench_real_size.py"),

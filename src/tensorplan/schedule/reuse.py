@@ -77,10 +77,11 @@ def same_memory_layout(a: TensorSpec, b: TensorSpec) -> bool:
 def _dense_view(node: torch.fx.Node, spec: TensorSpec) -> bool:
     """A view dense in its dim order (propagate recorded no ``view_strides`` for it) that
     starts where its storage starts: it covers its base's first bytes exactly as a fresh
-    tensor would. A symbolic offset is compared as an expression (no guard is added)."""
-    value = node.meta.get("val")
-    return isinstance(value, torch.Tensor) and spec.view_strides is None \
-        and size_expression(value.storage_offset()) == 0
+    tensor would. The offset is the re-trace's (``spec.view_offset``): a program loaded from a
+    file carries fake values with no view offsets in its meta. A symbolic offset is compared
+    as an expression (no guard is added)."""
+    return isinstance(node.meta.get("val"), torch.Tensor) and spec.view_strides is None \
+        and size_expression(spec.view_offset) == 0
 
 
 @dataclass

@@ -49,7 +49,8 @@ def tensor_spec(value: torch.Tensor, where: str, const: bool = False,
     return TensorSpec(shape=shape, sym_shape=sym_shape, dtype=value.dtype, dim_order=dim_order,
                       strides=dense_strides(shape, dim_order),
                       nbytes=nbytes, const=const,
-                      view_strides=view_strides(value, dim_order))
+                      view_strides=view_strides(value, dim_order),
+                      view_offset=value.storage_offset())
 
 
 def _entry(value: Any, where: str, const: bool, limits: Limits) -> Entry:

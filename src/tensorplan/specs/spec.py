@@ -30,6 +30,8 @@ class TensorSpec:
     view_strides: tuple[int | torch.SymInt, ...] | None = None  # strides as traced where they
     #                                   are not the dense ones (a view: 0 for broadcast dims,
     #                                   steps, as_strided); None when dense in dim_order
+    view_offset: int | torch.SymInt = 0  # elements from its storage's start, as re-traced
+    #                                      (a view's; a loaded program's meta may not say)
 
     @property
     def is_dynamic(self) -> bool:

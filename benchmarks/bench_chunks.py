@@ -1,0 +1,279 @@
+"""The transformer peak with the token rows chunk by chunk (``compile(..., chunks="auto")``) vs
+without, and vs ExecuTorch's best configuration.
+
+Usage: ``python benchmarks/bench_chunks.py [--out FILE] [--models a,b] [--runs N]``
+
+Models (transformers configs, random weights, batch 1, two layers each, small vocabularies, real
+widths and lengths): BERT-base at 512 tokens, GPT-2 small at 1024, a SmolLM2-135M-shaped Llama
+prefill at 512, a T5-small encoder at 512, a Whisper-tiny encoder at 1500 frames, ViT-B/16 at
+224x224 (197 tokens), an OLMoE-shaped mixture of experts at 256; and fresh configs the zoo does
+not have (a 4-layer BERT 512 wide at 384 tokens, a GPT-2 of 16 heads at 768). Each is compiled
+with the defaults and with ``chunks="auto"``, both run on the example input and compared with
+eager, timed against eager (median of ``--runs`` calls, one thread, interleaved). ExecuTorch's
+best configuration: the smallest arena of its "greedy" and "const-prop" lowerings among those
+that load and equal eager (``common.best_result``); shipped: the chunked program through
+``to_executorch``, run in ExecuTorch's runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import common
+import torch
+from common import ExecuTorchResult, one_line, quiet, same_outputs
+
+import tensorplan as tp
+from tensorplan.zoo import Example
+from tensorplan.zoo.vision import import_torchvision
+
+DEFAULT_RUNS = 3
+REASON_CHARS = 80
+CONFIGS = ("greedy", "const-prop")
+VOCAB = 1000
+TARGET = 0.30  # arena / ExecuTorch best, the text models at real lengths
+TARGET_VIT, TARGET_MOE = 0.55, 0.50
+
+
+def _tokens(seq: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (1, seq))
+
+
+def _bert(layers: int, hidden: int, heads: int, seq: int) -> Example:
+    from transformers import BertConfig, BertModel
+
+    from tensorplan.zoo.hf import EncoderOutputs
+    config = BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                        intermediate_size=4 * hidden, vocab_size=VOCAB,
+                        max_position_embeddings=512)
+    return Example(EncoderOutputs(BertModel(config)).eval(),
+                   (_tokens(seq), torch.ones(1, seq, dtype=torch.long)))
+
+
+def _gpt2(hidden: int, heads: int, seq: int) -> Example:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tensorplan.zoo.hf import LogitsOnly
+    config = GPT2Config(n_layer=2, n_embd=hidden, n_head=heads, vocab_size=VOCAB,
+                        n_positions=1024)
+    return Example(LogitsOnly(GPT2LMHeadModel(config)).eval(), (_tokens(seq),))
+
+
+def _llama() -> Example:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tensorplan.zoo.hf import LogitsOnly
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=576, num_attention_heads=9,
+                         num_key_value_heads=3, intermediate_size=1536, vocab_size=VOCAB)
+    return Example(LogitsOnly(LlamaForCausalLM(config)).eval(), (_tokens(512),))
+
+
+def _t5_encoder() -> Example:
+    from transformers import T5Config, T5EncoderModel
+
+    from tensorplan.zoo.hf import LogitsOnly
+    config = T5Config(num_layers=2, d_model=512, d_ff=2048, num_heads=8, d_kv=64,
+                      vocab_size=VOCAB)
+    return Example(LogitsOnly(T5EncoderModel(config)).eval(), (_tokens(512),))
+
+
+def _whisper_encoder() -> Example:
+    from transformers import WhisperConfig, WhisperModel
+
+    from tensorplan.zoo.hf import LogitsOnly
+    config = WhisperConfig(encoder_layers=2, decoder_layers=1, d_model=384,
+                           encoder_attention_heads=6, encoder_ffn_dim=1536, vocab_size=VOCAB)
+    return Example(LogitsOnly(WhisperModel(config).encoder).eval(), (torch.randn(1, 80, 3000),))
+
+
+def _vit() -> Example:
+    from transformers import ViTConfig, ViTModel
+
+    from tensorplan.zoo.hf import LogitsOnly
+    config = ViTConfig(num_hidden_layers=2, hidden_size=768, num_attention_heads=12,
+                       intermediate_size=3072, image_size=224, patch_size=16)
+    return Example(LogitsOnly(ViTModel(config)).eval(), (torch.randn(1, 3, 224, 224),))
+
+
+def _moe() -> Example:
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    from tensorplan.zoo.hf import LogitsOnly
+    config = OlmoeConfig(num_hidden_layers=2, hidden_size=512, num_attention_heads=8,
+                         num_key_value_heads=8, intermediate_size=256, num_experts=8,
+                         num_experts_per_tok=2, vocab_size=VOCAB)
+    return Example(LogitsOnly(OlmoeForCausalLM(config)).eval(), (_tokens(256),))
+
+
+MODELS: dict[str, Callable[[], Example]] = {
+    "bert_base_512": lambda: _bert(2, 768, 12, 512),
+    "gpt2_small_1024": lambda: _gpt2(768, 12, 1024),
+    "llama_smollm2_512": _llama,
+    "t5_small_encoder_512": _t5_encoder,
+    "whisper_tiny_encoder_1500": _whisper_encoder,
+    "vit_b16_224": _vit,
+    "moe_olmoe_256": _moe,
+    "fresh_bert_4x512_384": lambda: _bert(4, 512, 8, 384),
+    "fresh_gpt2_16h_768": lambda: _gpt2(1024, 16, 768),
+}
+TEXT = ("bert_base_512", "gpt2_small_1024", "llama_smollm2_512", "t5_small_encoder_512",
+        "whisper_tiny_encoder_1500")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One model's measurements."""
+
+    model: str
+    off: tp.Program
+    on: tp.Program
+    seconds: tuple[float, float]  # compile time: defaults, chunks="auto"
+    executorch: tuple[ExecuTorchResult, ...]
+    shipped: ExecuTorchResult | None  # the chunked program's .pte, None without executorch
+    equal: bool  # both programs equal eager
+    times: dict[str, float]  # median ms: eager, off, on
+
+
+def measure(name: str, build: Callable[[], Example], runs: int) -> Row:
+    """Compile, run and time one model with chunks off and on; lower it with ExecuTorch."""
+    torch.manual_seed(0)
+    example = build()
+    with quiet():
+        start = time.perf_counter()
+        off = tp.compile(example.model, example.args)
+        middle = time.perf_counter()
+        on = tp.compile(example.model, example.args, chunks="auto")
+        seconds = (middle - start, time.perf_counter() - middle)
+    with torch.no_grad():
+        expected = example.model(*example.args)
+        equal = same_outputs(expected, off.run(*example.args)) and \
+            same_outputs(expected, on.run(*example.args))
+    results = []
+    for config in CONFIGS if common.executorch_installed() else ():
+        try:
+            lowered = common.lower_to_executorch(example, config)
+        except Exception as error:  # a lowering failure becomes the cell
+            results.append(ExecuTorchResult(config, None, None, "lower",
+                                            one_line(error, REASON_CHARS)))
+            continue
+        results.append(common.check_executorch(config, lowered, example, expected,
+                                               REASON_CHARS))
+    shipped = _shipped(on, example, expected) if common.executorch_installed() else None
+    times = common.medians({"eager": lambda: example.model(*example.args),
+                            "off": lambda: off.run(*example.args),
+                            "on": lambda: on.run(*example.args)}, runs)
+    return Row(name, off, on, seconds, tuple(results), shipped, equal, times)
+
+
+def _shipped(program: tp.Program, example: Example, expected: object) -> ExecuTorchResult:
+    """The chunked program lowered by ``to_executorch`` and run in ExecuTorch's runtime."""
+    from tensorplan.integrations.executorch import lower
+
+    try:
+        with quiet():
+            manager = lower(program).manager
+    except Exception as error:  # a lowering failure becomes the cell
+        return ExecuTorchResult("tensorplan", None, None, "lower", one_line(error, REASON_CHARS))
+    return common.check_executorch("tensorplan", manager, example, expected, REASON_CHARS)
+
+
+def _shipped_cell(result: ExecuTorchResult | None, best: int | None) -> str:
+    if result is None:
+        return "not measured"
+    if result.failed is not None or result.arena is None:
+        return f"{result.failed}: {result.reason}"
+    return f"{result.arena} ({common.ratio(result.arena, best)})"
+
+
+def table(rows: Sequence[Row]) -> str:
+    header = ["model", "arena, chunks off (B)", "arena, chunks auto (B)", "on / off",
+              "chunks", "ExecuTorch best (B)", "on / ExecuTorch best",
+              "shipped .pte, chunks auto (B; / ExecuTorch best)", "multiply-adds",
+              "equal to eager", "eager ms; run / eager off → on", "compile s off → auto"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        chosen, best = row.on.chunking.chosen, common.best_result(row.executorch)
+        best_arena = best.arena if best else None
+        lines.append("| " + " | ".join([
+            row.model, str(row.off.plan.arena_bytes), str(row.on.plan.arena_bytes),
+            common.ratio(row.on.plan.arena_bytes, row.off.plan.arena_bytes),
+            str(chosen.chunks) if chosen.chunks > 1 else f"1 ({row.on.chunking.declined})",
+            f"{best_arena} ({best.config})" if best else "none loads",
+            common.ratio(row.on.plan.arena_bytes, best_arena),
+            _shipped_cell(row.shipped, best_arena), f"{chosen.overhead:.2f}x",
+            "yes" if row.equal else "NO",
+            f"{row.times['eager']:.1f}; {common.ratio(row.times['off'], row.times['eager'])} → "
+            f"{common.ratio(row.times['on'], row.times['eager'])}",
+            f"{row.seconds[0]:.0f} → {row.seconds[1]:.0f}"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _ratios(rows: Sequence[Row]) -> dict[str, float]:
+    ratios = {}
+    for row in rows:
+        best = common.best_result(row.executorch)
+        if best and best.arena:
+            ratios[row.model] = row.on.plan.arena_bytes / best.arena
+    return ratios
+
+
+def summary(rows: Sequence[Row]) -> str:
+    ratios = _ratios(rows)
+    if not ratios:
+        return "No ExecuTorch figures: no summary.\n"
+    targets = {name: TARGET_VIT if name.startswith("vit") else
+               TARGET_MOE if name.startswith("moe") else TARGET for name in ratios}
+    missed = sorted(f"{name} ({ratios[name]:.2f}x)" for name in ratios
+                    if ratios[name] > targets[name])
+    text = [ratios[name] for name in TEXT if name in ratios]
+    larger = [row.model for row in rows if row.on.plan.arena_bytes > row.off.plan.arena_bytes]
+    return (f"**Summary**: with `chunks=\"auto\"`, the text models at real lengths plan a median "
+            f"{statistics.median(text) if text else float('nan'):.2f}x of ExecuTorch's best "
+            f"(target <= {TARGET:.2f}x); over all {len(ratios)} models "
+            f"{statistics.median(ratios.values()):.2f}x; above their targets: "
+            f"{', '.join(missed) or 'none'}; larger than without chunks: "
+            f"{', '.join(larger) or 'none'}; every program equal to eager: "
+            f"{'yes' if all(row.equal for row in rows) else 'NO'}.\n")
+
+
+def report(rows: Sequence[Row], runs: int) -> str:
+    return "".join([
+        summary(rows), "\n",
+        "Arena: `tp.compile` with the defaults and with `chunks=\"auto\"` (the count its estimate "
+        "ranks first, planned; the program as exported when that is not smaller); "
+        "multiply-adds: the chunked program's matmuls over the original's. ExecuTorch best: the "
+        "smaller arena of its greedy and const-prop lowerings among those that load and equal "
+        "eager. Shipped: the chunked program through `to_executorch`, run in ExecuTorch's "
+        f"runtime and equal to eager. Run: eager's median ms over {runs} calls, then "
+        "`Program.run` / eager without and with chunks (one thread, interleaved).\n\n",
+        table(rows)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="also write the markdown table to this file")
+    parser.add_argument("--models", help="comma-separated names (default: all)")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    options = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(1)
+    import_torchvision()
+    names = options.models.split(",") if options.models else list(MODELS)
+    rows = []
+    for name in names:
+        rows.append(measure(name, MODELS[name], options.runs))
+        print(f"{name}: done", file=sys.stderr, flush=True)
+    common.emit(report(rows, options.runs), options.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import common
 import torch
-from common import ExecuTorchResult, one_line, quiet, same_outputs
+from common import ExecuTorchResult, quiet, same_outputs
 
 import tensorplan as tp
 from tensorplan.zoo import Example
@@ -155,33 +155,13 @@ def measure(name: str, build: Callable[[], Example], runs: int) -> Row:
         expected = example.model(*example.args)
         equal = same_outputs(expected, off.run(*example.args)) and \
             same_outputs(expected, on.run(*example.args))
-    results = []
-    for config in CONFIGS if common.executorch_installed() else ():
-        try:
-            lowered = common.lower_to_executorch(example, config)
-        except Exception as error:  # a lowering failure becomes the cell
-            results.append(ExecuTorchResult(config, None, None, "lower",
-                                            one_line(error, REASON_CHARS)))
-            continue
-        results.append(common.check_executorch(config, lowered, example, expected,
-                                               REASON_CHARS))
-    shipped = _shipped(on, example, expected) if common.executorch_installed() else None
+    results = common.executorch_results(example, expected, CONFIGS, REASON_CHARS)
+    shipped = common.shipped_result(on, example, expected, REASON_CHARS) \
+        if common.executorch_installed() else None
     times = common.medians({"eager": lambda: example.model(*example.args),
                             "off": lambda: off.run(*example.args),
                             "on": lambda: on.run(*example.args)}, runs)
-    return Row(name, off, on, seconds, tuple(results), shipped, equal, times)
-
-
-def _shipped(program: tp.Program, example: Example, expected: object) -> ExecuTorchResult:
-    """The chunked program lowered by ``to_executorch`` and run in ExecuTorch's runtime."""
-    from tensorplan.integrations.executorch import lower
-
-    try:
-        with quiet():
-            manager = lower(program).manager
-    except Exception as error:  # a lowering failure becomes the cell
-        return ExecuTorchResult("tensorplan", None, None, "lower", one_line(error, REASON_CHARS))
-    return common.check_executorch("tensorplan", manager, example, expected, REASON_CHARS)
+    return Row(name, off, on, seconds, results, shipped, equal, times)
 
 
 def _shipped_cell(result: ExecuTorchResult | None, best: int | None) -> str:

@@ -241,6 +241,34 @@ def check_executorch(config: str, lowered: Any, example: Example, expected: Any,
     return ExecuTorchResult(config, arena, constants, None, None)
 
 
+def executorch_results(example: Example, expected: Any, configs: Sequence[str],
+                       limit: int) -> tuple[ExecuTorchResult, ...]:
+    """The example lowered with each of ExecuTorch's ``configs`` and checked against eager's
+    ``expected`` (a lowering failure becomes the result, its reason in ``limit`` characters)."""
+    results = []
+    for config in configs if executorch_installed() else ():
+        try:
+            lowered = lower_to_executorch(example, config)
+        except Exception as error:  # a lowering failure becomes the cell
+            results.append(ExecuTorchResult(config, None, None, "lower", one_line(error, limit)))
+            continue
+        results.append(check_executorch(config, lowered, example, expected, limit))
+    return tuple(results)
+
+
+def shipped_result(program: Any, example: Example, expected: Any,
+                   limit: int) -> ExecuTorchResult:
+    """A ``tp.Program`` lowered by ``to_executorch`` and run in ExecuTorch's runtime."""
+    from tensorplan.integrations.executorch import lower
+
+    try:
+        with quiet():
+            manager = lower(program).manager
+    except Exception as error:  # a lowering failure becomes the cell
+        return ExecuTorchResult("tensorplan", None, None, "lower", one_line(error, limit))
+    return check_executorch("tensorplan", manager, example, expected, limit)
+
+
 def best_result(results: Sequence[ExecuTorchResult]) -> ExecuTorchResult | None:
     """The ExecuTorch configuration with the smallest arena (the earlier one on a tie) among
     those whose program loads (the runtime has every kernel) and, when it runs, equals eager.

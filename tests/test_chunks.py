@@ -23,12 +23,7 @@ from tensorplan.rewrite.rows import WHOLE, Rows, input_rows, reshaped_rows
 S, D, H = 64, 32, 4  # tokens, width, heads
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _rotary(x: torch.Tensor) -> torch.Tensor:

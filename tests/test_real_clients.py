@@ -19,7 +19,7 @@ from torch import nn
 import tensorplan as tp
 from tensorplan.zoo.vision import import_torchvision
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
 def _need(package: str) -> None:
@@ -41,12 +41,6 @@ class _Outputs(nn.Module):
         return self.pick(self.model(*args))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _flat(value) -> list[torch.Tensor]:

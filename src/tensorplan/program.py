@@ -179,9 +179,19 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     """
     with stage("capture"):
         program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
+    switches = ScheduleOptions(reuse, reorder, fold)
+    prepared: dict[int, tuple[ExportedProgram, _Prepared]] = {}
+
+    def prepare(candidate: ExportedProgram) -> _Prepared:
+        """Each candidate's roles, specs, schedule and lifetimes made once per compile."""
+        if id(candidate) not in prepared:
+            prepared[id(candidate)] = (candidate, _prepare(candidate, alignment, switches))
+        return prepared[id(candidate)][1]
+
     def arena_of(candidate: ExportedProgram) -> int:
-        return compile(candidate, alignment=alignment, algorithm="greedy", reuse=reuse,
-                       reorder=reorder, fold=fold).plan.arena_bytes
+        ready = prepare(candidate)
+        return _planned(ready.lives, ready.chosen,
+                        PlanOptions(algorithm="greedy", alignment=alignment)).arena_bytes
 
     patching = chunking = None
     if patches is not None:
@@ -190,16 +200,8 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     if chunks is not None:
         with stage("chunks", program):
             program, chunking = choose_chunks(program, chunks, arena_of)
-    with stage("roles", program):
-        roles = read_roles(program)
-    with stage("propagate", program):
-        specs = propagate(program, roles)
-    _check_alignment(alignment, specs)
-    with stage("schedule", program):
-        chosen = schedule(program, specs, roles, ScheduleOptions(reuse, reorder, fold),
-                          alignment)
-    with stage("liveness", program):
-        lives = lifetimes(program, chosen.alias, chosen.order)
+    ready = prepare(program)
+    roles, specs, chosen, lives = ready.roles, ready.specs, ready.chosen, ready.lives
     options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,
                           params=PlannerParams() if planner_params is None else planner_params)
     request = None
@@ -220,6 +222,30 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     with stage("alias", program):
         planned = planned_specs(specs, chosen.alias)
     return Program(program, planned, chosen.alias, plan, roles, chosen, patching, chunking)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What a compile plans from: a program's roles, specs, schedule and lifetimes."""
+
+    roles: Roles
+    specs: SpecTable
+    chosen: Schedule
+    lives: Mapping[str, GraphLifetimes]
+
+
+def _prepare(program: ExportedProgram, alignment: int, switches: ScheduleOptions) -> _Prepared:
+    """Roles, specs (checked against ``alignment``), the schedule and its lifetimes."""
+    with stage("roles", program):
+        roles = read_roles(program)
+    with stage("propagate", program):
+        specs = propagate(program, roles)
+    _check_alignment(alignment, specs)
+    with stage("schedule", program):
+        chosen = schedule(program, specs, roles, switches, alignment)
+    with stage("liveness", program):
+        lives = lifetimes(program, chosen.alias, chosen.order)
+    return _Prepared(roles, specs, chosen, lives)
 
 
 def _planned(lives: Mapping[str, GraphLifetimes], chosen: Schedule,

@@ -43,7 +43,7 @@ from torch.export import ExportedProgram
 
 from tensorplan.errors import InputError
 from tensorplan.ops.schemas import is_view
-from tensorplan.rewrite.replay import Replay, export_again
+from tensorplan.rewrite.rebuild import Rebuild
 from tensorplan.rewrite.rows import _RESHAPES, WHOLE, Need, Rows, has_rule, input_rows, shape
 
 aten = torch.ops.aten
@@ -247,73 +247,71 @@ def _tiles(size: int, parts: int) -> list[Span]:
     return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
-def _cut(value: torch.Tensor, need: Need, chunk: Span) -> torch.Tensor:
-    """The rows of a value made whole that a region node reads for ``chunk``."""
-    if need == WHOLE:
-        return value
-    start, stop = need.span(chunk)
-    if (start, stop) == (0, value.shape[need.dim]):
-        return value
-    return aten.slice.Tensor(value, need.dim, start, stop)
+class _Chunks:
+    """The chunked program being built: each region emitted once per chunk of its split."""
 
+    def __init__(self, program: ExportedProgram) -> None:
+        self.build = Rebuild(program)
+        self.nodes = {n.name: n for n in program.graph.nodes}
 
-def _run(node: torch.fx.Node, rows: Rows, args: Sequence[Any], kwargs: Mapping[str, Any],
-         chunk: Span) -> Any:
-    """One region node on one chunk: its inputs already cut to the chunk's rows."""
-    if node.target is aten.slice.Tensor and node.args[1] % len(shape(node)) == rows.dim:
-        return args[0]  # its input was cut to the slice's rows of the chunk
-    if node.target in _RESHAPES or node.target is aten.expand.default:
-        size = list(shape(node))
-        start, stop = rows.span(chunk)
-        size[rows.dim] = stop - start
-        return node.target(args[0], size, *args[2:], **kwargs)
-    return node.target(*args, **kwargs)
+    def _cut(self, arg: torch.fx.Node, need: Need, chunk: Span, tag: str,
+             cuts: dict[tuple[str, int, int, int], torch.fx.Node]) -> torch.fx.Node:
+        """The rows of a value made whole that a region node reads for ``chunk``."""
+        value = self.build.env[arg.name]
+        if need == WHOLE:
+            return value
+        start, stop = need.span(chunk)
+        if (start, stop) == (0, value.meta["val"].shape[need.dim]):
+            return value
+        key = (arg.name, need.dim, start, stop)
+        if key not in cuts:
+            cuts[key] = self.build.emit(aten.slice.Tensor, (value, need.dim, start, stop),
+                                        like=arg, name=f"{arg.name}_rows{tag}")
+        return cuts[key]
 
+    def _one(self, node: torch.fx.Node, rows: Rows, args: tuple[Any, ...],
+             kwargs: Mapping[str, Any], chunk: Span, tag: str) -> torch.fx.Node:
+        """One region node on one chunk: its inputs already cut to the chunk's rows."""
+        if node.target is aten.slice.Tensor and node.args[1] % len(shape(node)) == rows.dim:
+            return args[0]  # its input was cut to the slice's rows of the chunk
+        if node.target in _RESHAPES or node.target is aten.expand.default:
+            size = list(shape(node))
+            start, stop = rows.span(chunk)
+            size[rows.dim] = stop - start
+            args = (args[0], size, *args[2:])
+        return self.build.emit(node.target, args, kwargs, like=node, name=f"{node.name}{tag}")
 
-def run_region(region: Region, nodes: Mapping[str, torch.fx.Node], env: Mapping[str, Any],
-               chunk: Span) -> torch.Tensor:
-    """The split's rows ``chunk``: every region node on its rows of the chunk."""
-    local: dict[str, Any] = {}
-    for name in region.nodes:
-        node, needs = nodes[name], region.needs[name]
+    def region(self, region: Region, chunk: Span, tag: str) -> torch.fx.Node:
+        """The split's rows ``chunk``: every region node on its rows of the chunk."""
+        local: dict[str, torch.fx.Node] = {}
+        cuts: dict[tuple[str, int, int, int], torch.fx.Node] = {}
+        for name in region.nodes:
+            node, needs = self.nodes[name], region.needs[name]
 
-        def value(arg: torch.fx.Node, needs: Mapping[str, Need] = needs) -> Any:
-            return local[arg.name] if arg.name in local else _cut(env[arg.name],
-                                                                  needs[arg.name], chunk)
+            def value(arg: torch.fx.Node, needs: Mapping[str, Need] = needs) -> Any:
+                return local[arg.name] if arg.name in local else \
+                    self._cut(arg, needs[arg.name], chunk, tag, cuts)
 
-        source = node.args[0] if node.target is operator.getitem else None
-        if source is not None and source.name not in local:  # an item of a tuple made whole
-            local[name] = _cut(env[source.name][node.args[1]], region.rows[name], chunk)
-            continue
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
-        local[name] = _run(node, region.rows[name], args, kwargs, chunk)
-    return local[region.split]
-
-
-class _Chunked(Replay):
-    """The program's graph run node by node, each region once per chunk of its split."""
-
-    def __init__(self, program: ExportedProgram, found: Sequence[Region],
-                 counts: Sequence[int]) -> None:
-        super().__init__(program)
-        self.regions = {r.split: (r, _tiles(r.extent, n)) for r, n in zip(found, counts,
-                                                                          strict=True)}
-        self.inside = {name for r in found for name in (*r.nodes[:-1], *r.checks)}
-
-    def produce(self, node: torch.fx.Node, env: dict[str, Any]) -> bool:
-        if node.name in self.regions:
-            region, chunks = self.regions[node.name]
-            parts = [run_region(region, self.nodes, env, chunk) for chunk in chunks]
-            env[node.name] = aten.cat.default(parts, region.dim) if len(parts) > 1 \
-                else parts[0]
-            return True
-        return node.name in self.inside
+            source = node.args[0] if node.target is operator.getitem else None
+            if source is not None and source.name not in local:  # an item of a tuple made whole
+                if name not in self.build.env:
+                    self.build.env[name] = self.build.emit(
+                        operator.getitem, (self.build.env[source.name], node.args[1]),
+                        like=node, name=name)
+                local[name] = self._cut(node, region.rows[name], chunk, tag, cuts)
+                continue
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
+            local[name] = self._one(node, region.rows[name], args, kwargs, chunk, tag)
+        return local[region.split]
 
 
 def chunk_program(program: ExportedProgram, found: Sequence[Region],
                   counts: Sequence[int]) -> ExportedProgram:
     """The program with each region run once per chunk of its split's rows (``counts[i]``
-    chunks for ``found[i]``, as even as the rows allow), exported again in core ATen.
+    chunks for ``found[i]``, as even as the rows allow), each chunk's result concatenated
+    into the split; every other node as it was. Built from the program's graph without a
+    second trace (``rebuild.py``): the values of the new nodes are computed on the program's
+    fake tensors.
 
     Pure: ``program`` is not modified. Raises ``InputError`` for a count below 1 or above a
     region's rows.
@@ -323,7 +321,19 @@ def chunk_program(program: ExportedProgram, found: Sequence[Region],
             raise InputError(f"chunks: {count} chunks do not fit the {region.extent} rows of "
                              f"{region.split!r} (dim {region.dim}); choose 1 to "
                              f"{region.extent}")
-    return export_again(_Chunked(program, found, counts), program)
+    chunked = {r.split: (r, _tiles(r.extent, n)) for r, n in zip(found, counts, strict=True)
+               if n > 1}
+    inside = {name for r, _ in chunked.values() for name in (*r.nodes[:-1], *r.checks)}
+    chunks = _Chunks(program)
+    for node in program.graph.nodes:
+        if node.name in chunked:
+            region, spans = chunked[node.name]
+            parts = [chunks.region(region, span, f"_chunk{i}") for i, span in enumerate(spans)]
+            chunks.build.env[node.name] = chunks.build.emit(
+                aten.cat.default, (parts, region.dim), like=node, name=node.name)
+        elif node.name not in inside:
+            chunks.build.copy(node)
+    return chunks.build.program()
 
 
 _MATMULS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0,

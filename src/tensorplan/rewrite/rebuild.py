@@ -1,0 +1,73 @@
+"""A program's graph copied node by node into a new program, some nodes made another way.
+
+``chunks.py`` rewrites a program without tracing it again: :class:`Rebuild` copies the graph's
+nodes (their values, ``meta["val"]``, kept), emits new nodes whose values it computes on the
+program's own fake tensors (the same fake mode and ShapeEnv, so the values are those a trace
+would give), and wraps the new graph with the program's signature, state and range
+constraints. Every name the signature refers to is kept, so the result is an ordinary
+core-ATen program for every later stage, made in time linear in its nodes (a trace of a
+chunked transformer takes seconds per thousand nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+from torch._guards import detect_fake_mode
+from torch.export import ExportedProgram
+
+from tensorplan.errors import InternalError
+
+
+class Rebuild:
+    """A new graph being filled from ``program``'s: ``copy`` a node as it is, ``emit`` a new
+    one; ``env`` maps each original node's name to the node that now holds its value."""
+
+    def __init__(self, program: ExportedProgram) -> None:
+        self.source = program
+        self.graph = torch.fx.Graph()
+        self.env: dict[str, torch.fx.Node] = {}
+        vals = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
+        self.fake_mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+
+    def copy(self, node: torch.fx.Node) -> torch.fx.Node:
+        """``node`` as it is, reading the values its inputs now have."""
+        new = self.graph.node_copy(node, lambda n: self.env[n.name])
+        self.env[node.name] = new
+        return new
+
+    def emit(self, target: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: Mapping[str, Any] | None = None, *, like: torch.fx.Node,
+             name: str) -> torch.fx.Node:
+        """A new node ``target(*args, **kwargs)`` named ``name``, with ``like``'s metadata
+        (its module stack, its stack trace) and the value computed on the fake inputs."""
+        kwargs = dict(kwargs or {})
+        vals = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
+        with self.fake_mode:
+            val = target(*vals[0], **vals[1])
+        node = self.graph.create_node("call_function", target, args, kwargs, name=name)
+        node.meta = {k: v for k, v in like.meta.items() if k not in ("val", "unbacked_bindings")}
+        node.meta["val"] = val
+        return node
+
+    def program(self) -> ExportedProgram:
+        """The new graph as an ``ExportedProgram`` with the source's signature and state.
+
+        Raises ``InternalError`` when a name the signature refers to was not kept."""
+        source = self.source
+        names = {n.name for n in self.graph.nodes}
+        lost = [spec.arg.name for spec in (*source.graph_signature.input_specs,
+                                           *source.graph_signature.output_specs)
+                if getattr(spec.arg, "name", None) and spec.arg.name not in names]
+        if lost:
+            raise InternalError(f"rebuild: the new graph lost the names {lost[:5]} its "
+                                f"signature refers to")
+        module = torch.fx.GraphModule(source.graph_module, self.graph)
+        return ExportedProgram(
+            root=module, graph=module.graph, graph_signature=source.graph_signature,
+            state_dict=source.state_dict, range_constraints=source.range_constraints,
+            module_call_graph=source.module_call_graph, example_inputs=source.example_inputs,
+            constants=source.constants, verifiers=source.verifiers)

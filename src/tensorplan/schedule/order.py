@@ -73,29 +73,40 @@ def memory_greedy_order(graph: torch.fx.Graph, alias: AliasTable) -> Order:
     position = {node: i for i, node in enumerate(graph.nodes)}
     waiting = {node: {n for n in node.all_input_nodes if n.op != "placeholder"} for node in body}
     pending = _readers(alias, list(graph.nodes), output)
+    own = {node: _storages(alias, node) for node in graph.nodes}
     touches: dict[torch.fx.Node, list[int]] = {}
     for storage, users in pending.items():
         for user in users:
             touches.setdefault(user, []).append(storage)
-    kept = {s for node in output.all_input_nodes for s in _storages(alias, node)}
-    live = {s for node in placeholders for s in _storages(alias, node)}
+    depends: dict[int, set[torch.fx.Node]] = {}  # storage -> nodes whose ``added`` reads it
+    for node in body:
+        for storage in (*own[node], *touches.get(node, ())):
+            depends.setdefault(storage, set()).add(node)
+    kept = {s for node in output.all_input_nodes for s in own[node]}
+    live = {s for node in placeholders for s in own[node]}
     ready = [node for node in body if not waiting[node]]
     order = [node.name for node in placeholders]
+    known: dict[torch.fx.Node, tuple[int, int]] = {}  # ``added`` while its storages are unchanged
 
     def added(node: torch.fx.Node) -> tuple[int, int]:
-        started = {s for s in _storages(alias, node) if s not in live}
-        ends = {s for s in touches.get(node, ()) if pending[s] == {node} and s not in kept}
-        size = alias.storages
-        return sum(size[s].nbytes for s in started - ends) - sum(
-            size[s].nbytes for s in ends - started), position[node]
+        if node not in known:
+            started = {s for s in own[node] if s not in live}
+            ends = {s for s in touches.get(node, ()) if pending[s] == {node} and s not in kept}
+            size = alias.storages
+            known[node] = sum(size[s].nbytes for s in started - ends) - sum(
+                size[s].nbytes for s in ends - started), position[node]
+        return known[node]
 
     while ready:
         node = min(ready, key=added)
         ready.remove(node)
         order.append(node.name)
-        live.update(_storages(alias, node))
+        live.update(own[node])
         for storage in touches.get(node, ()):
             pending[storage].discard(node)
+        for storage in (*own[node], *touches.get(node, ())):
+            for other in depends.get(storage, ()):
+                known.pop(other, None)
         for user in node.users:
             if user in waiting:
                 waiting[user].discard(node)

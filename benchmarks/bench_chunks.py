@@ -89,7 +89,9 @@ def _whisper_encoder() -> Example:
 
     from tensorplan.zoo.hf import LogitsOnly
     config = WhisperConfig(encoder_layers=2, decoder_layers=1, d_model=384,
-                           encoder_attention_heads=6, encoder_ffn_dim=1536, vocab_size=VOCAB)
+                           encoder_attention_heads=6, encoder_ffn_dim=1536, vocab_size=VOCAB,
+                           pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                           decoder_start_token_id=1)
     return Example(LogitsOnly(WhisperModel(config).encoder).eval(), (torch.randn(1, 80, 3000),))
 
 

@@ -225,6 +225,29 @@ def test_auto_keeps_the_count_its_estimate_ranks_first_and_lists_the_rest() -> N
     assert all(c.estimate_bytes > n.estimate_bytes for c, n in zip(tried, tried[1:], strict=False))
 
 
+def test_the_page_and_the_picture_say_the_program_is_chunked_and_where(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    from tensorplan.report.html import page_data, value_details
+    from tensorplan.report.rewrites import rewrite_notes
+    from tensorplan.report.timeline import _title, plot_timeline
+    torch.manual_seed(0)
+    plain, chunked = _both(Stack(), (_tokens(),), 4)
+    notes = rewrite_notes(chunked)
+    assert [n.label for n in notes] == ["chunked"]
+    assert notes[0].summary == f"chunked: {len(chunked.chunking.regions)} regions in 4 chunks " \
+                               f"of rows"
+    rows = dict(page_data(chunked.plan, value_details(chunked), notes)["summary"])
+    for region in chunked.chunking.regions:
+        assert f"{region.split} ({S} rows of dim {region.dim}," in rows["chunked"]
+    assert rewrite_notes(plain) == []  # chunks not asked for: no note
+    assert _title(chunked.plan, "m", notes).splitlines()[1] == notes[0].summary
+    declined = tp.compile(nn.Sequential(nn.Conv2d(3, 4, 3)).eval(), (torch.randn(1, 3, 8, 8),),
+                          chunks="auto")
+    assert rewrite_notes(declined)[0].summary == "not chunked"
+    plot_timeline(chunked, tmp_path / "t.svg")
+    assert notes[0].summary in (tmp_path / "t.svg").read_text()
+
+
 def test_a_dynamic_seq_declines_with_its_reason() -> None:
     tokens = _tokens()
     seq = torch.export.Dim("seq", min=2, max=S)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import tensorplan as tp
 from tensorplan.errors import InputError
+from tensorplan.report.rewrites import rewrite_notes
 from tensorplan.rewrite import patches
 
 
@@ -123,6 +124,9 @@ def test_auto_lowers_the_arena_within_the_budget() -> None:
     assert all(c.overhead <= 1.25 for c in program.patching.candidates)
     assert program.plan.arena_bytes < plain.plan.arena_bytes
     torch.testing.assert_close(program.run(x), model(x))
+    rows, cols = chosen.grid
+    (note,) = rewrite_notes(program)  # what the page's summary and the picture's title say
+    assert (note.label, note.summary) == ("patched", f"patched {rows}x{cols} up to {chosen.split}")
 
 
 def test_a_grid_over_the_budget_is_not_tried() -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -47,6 +47,7 @@ from tensorplan.report.geometry import (
     peak,
     x_maps,
 )
+from tensorplan.report.rewrites import Note, rewrite_notes
 from tensorplan.report.tables import plan_numbers
 from tensorplan.report.text import bytes_text, shape_text
 
@@ -154,8 +155,12 @@ def _region_exprs(symbolic: SymbolicPlan | None, node: str) -> dict[str, Any]:
     return {"expr": {"offset": symbolic.region_offsets[node].to_json()}}
 
 
-def page_data(plan: MemoryPlan, values: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def page_data(plan: MemoryPlan, values: Mapping[str, Mapping[str, Any]],
+              notes: Sequence[Note] = ()) -> dict[str, Any]:
     """The JSON the page's script draws: numbers, the time axis, storages, regions, peak.
+
+    ``notes`` (``rewrites.py``) add a summary row per rewrite (patched, chunked) saying what
+    was kept and where.
 
     ``values`` describes values by name (see ``value_details``); a storage's values missing
     from it are shown by name alone. With memory banks, the banks are drawn one above the
@@ -169,7 +174,8 @@ def page_data(plan: MemoryPlan, values: Mapping[str, Mapping[str, Any]]) -> dict
     kinds = sorted({s.kind for s in plan.storages.values()})
     sym = plan.symbolic
     return {
-        "summary": _summary(plan, top.step),
+        "summary": [*_summary(plan, top.step),
+                    *((n.label, f"{n.summary}: {n.detail}") for n in notes)],
         "arena": plan.arena_bytes,
         "lower_bound": plan.lower_bound_bytes,
         "x": [first_step(plan), graph_steps(plan, "")],
@@ -209,9 +215,10 @@ def render_page(title: str, data: Mapping[str, Any]) -> str:
 
 
 def write_page(path: str | os.PathLike[str], title: str, plan: MemoryPlan,
-               values: Mapping[str, Mapping[str, Any]]) -> None:
-    """Write the page of ``plan`` to ``path``; ``values`` describes the values by name."""
-    page = render_page(title, page_data(plan, values))
+               values: Mapping[str, Mapping[str, Any]], notes: Sequence[Note] = ()) -> None:
+    """Write the page of ``plan`` to ``path``; ``values`` describes the values by name,
+    ``notes`` the rewrites the program went through."""
+    page = render_page(title, page_data(plan, values, notes))
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(page)
 
@@ -221,7 +228,8 @@ def write_html(program: Program, path: str | os.PathLike[str], name: str = "mode
 
     Open it in any browser, from disk. See the module docstring for what the page shows.
     """
-    write_page(path, f"{name}: memory plan", program.plan, value_details(program))
+    write_page(path, f"{name}: memory plan", program.plan, value_details(program),
+               rewrite_notes(program))
 
 
 def placement_plan(instance: DsaInstance, placement: Placement) -> MemoryPlan:

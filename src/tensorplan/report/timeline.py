@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from tensorplan.errors import TensorPlanError
@@ -28,6 +29,7 @@ from tensorplan.report.geometry import (
     peak,
     x_maps,
 )
+from tensorplan.report.rewrites import Note, rewrite_notes
 from tensorplan.report.text import human_bytes
 
 LABELLED = 12          # the largest storages that get a label, when it fits
@@ -133,12 +135,12 @@ def _legend(ax: Any, plan: MemoryPlan, marks: list[Any]) -> None:
               fontsize="small")
 
 
-def _title(plan: MemoryPlan, name: str) -> str:
+def _title(plan: MemoryPlan, name: str, notes: Sequence[Note]) -> str:
     ratio = (f" ({plan.arena_bytes / plan.lower_bound_bytes:.3f}x)"
              if plan.lower_bound_bytes else "")
-    return (f"{name}: arena {human_bytes(plan.arena_bytes)} vs lower bound "
-            f"{human_bytes(plan.lower_bound_bytes)}{ratio}, {plan.algorithm}, "
-            f"{len(plan.storages)} storages")
+    return "\n".join([f"{name}: arena {human_bytes(plan.arena_bytes)} vs lower bound "
+                      f"{human_bytes(plan.lower_bound_bytes)}{ratio}, {plan.algorithm}, "
+                      f"{len(plan.storages)} storages", *(n.summary for n in notes)])
 
 
 def _marks(ax: Any, plan: MemoryPlan) -> list[Any]:
@@ -166,13 +168,16 @@ def plot_timeline(program: Program, path: str | os.PathLike[str], name: str = "m
     arena (with memory banks: the banks one above the other, fastest at the bottom, each
     starting at a labelled line). Storages are coloured by kind and the largest ones
     labelled, regions hatched, the lower bound a dashed line and the peak step a shaded
-    band. Raises ``TensorPlanError`` when matplotlib is missing.
+    band; the title says whether the program was patched or chunked. Raises
+    ``TensorPlanError`` when matplotlib is missing.
     """
-    plot_plan(program.plan, path, name)
+    plot_plan(program.plan, path, name, rewrite_notes(program))
 
 
-def plot_plan(plan: MemoryPlan, path: str | os.PathLike[str], name: str = "model") -> None:
-    """``plot_timeline`` of a bare plan (a DSA placement, say: ``html.placement_plan``)."""
+def plot_plan(plan: MemoryPlan, path: str | os.PathLike[str], name: str = "model",
+              notes: Sequence[Note] = ()) -> None:
+    """``plot_timeline`` of a bare plan (a DSA placement, say: ``html.placement_plan``);
+    ``notes``: the rewrites the program went through, one title line each."""
     plt = _pyplot()
     maps = x_maps(plan)
     with plt.rc_context({"svg.fonttype": "none"}):
@@ -186,7 +191,7 @@ def plot_plan(plan: MemoryPlan, path: str | os.PathLike[str], name: str = "model
         ax.set_ylabel("arena offset")
         ax.yaxis.set_major_locator(_byte_ticks(ax.get_ylim()[1]))
         ax.yaxis.set_major_formatter(lambda value, _: human_bytes(int(value)))
-        ax.set_title(_title(plan, name))
+        ax.set_title(_title(plan, name, notes))
         _legend(ax, plan, marks)
         fig.canvas.draw()  # the final layout, so labels are sized against the real axes
         _draw_labels(ax, plan, maps)

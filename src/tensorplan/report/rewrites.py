@@ -1,0 +1,53 @@
+"""One note per rewrite a program went through (patches, chunks), for the page and picture."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorplan.program import Program
+from tensorplan.report.text import bytes_text
+
+LISTED_REGIONS = 4  # regions named in a chunking's note; the rest counted
+
+
+@dataclass(frozen=True)
+class Note:
+    """What a rewrite did: a label ("patched", "chunked"), a short line and the details."""
+
+    label: str
+    summary: str  # what was kept, in a few words (the picture's title line)
+    detail: str  # where, and the greedy arenas as exported and rewritten (the page)
+
+
+def rewrite_notes(program: Program) -> list[Note]:
+    """A note for each rewrite asked for: what was kept and where, with the greedy plans'
+    arenas as exported and rewritten, or why the program runs as exported."""
+    notes = []
+    patching = program.patching
+    if patching is not None:
+        chosen, base = patching.chosen, patching.candidates[0]
+        if chosen.split:
+            rows, cols = chosen.grid
+            notes.append(Note("patched", f"patched {rows}x{cols} up to {chosen.split}",
+                              f"greedy arena {bytes_text(base.arena_bytes)} as exported, "
+                              f"{bytes_text(chosen.arena_bytes)} patched; multiply-adds "
+                              f"{chosen.overhead:.2f}x"))
+        else:
+            notes.append(Note("patched", "not patched",
+                              "no patching planned smaller than the program as exported"))
+    chunking = program.chunking
+    if chunking is not None:
+        chosen, base = chunking.chosen, chunking.candidates[0]
+        if chosen.chunks > 1:
+            where = "; ".join(f"{r.split} ({r.extent} rows of dim {r.dim}, largest inside "
+                              f"{r.largest}: {bytes_text(r.largest_bytes)} whole)"
+                              for r in chunking.regions[:LISTED_REGIONS])
+            more = len(chunking.regions) - LISTED_REGIONS
+            where += f"; and {more} more" if more > 0 else ""
+            notes.append(Note("chunked", f"chunked: {len(chunking.regions)} regions in "
+                                         f"{chosen.chunks} chunks of rows",
+                              f"{where}. Greedy arena {bytes_text(base.arena_bytes)} as "
+                              f"exported, {bytes_text(chosen.arena_bytes)} chunked"))
+        else:
+            notes.append(Note("chunked", "not chunked", chunking.declined))
+    return notes

@@ -248,6 +248,54 @@ def test_the_page_and_the_picture_say_the_program_is_chunked_and_where(tmp_path)
     assert notes[0].summary in (tmp_path / "t.svg").read_text()
 
 
+class Stem(nn.Module):
+    """A convolution stem at 64 x 64 (its peak larger than the layers') down to S tokens, then
+    two layers: patches lower the stem, and only then are the layers the peak to chunk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(16, 16, 3, 2, 1), nn.ReLU(),
+                                  nn.Conv2d(16, 16, 3, 2, 1), nn.ReLU(),
+                                  nn.Conv2d(16, D, 3, 2, 1))
+        self.layers = nn.ModuleList(Layer(causal=False) for _ in range(2))
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = self.stem(image).flatten(2).transpose(1, 2)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_chunks_compose_with_patches_of_a_conv_stem() -> None:
+    torch.manual_seed(0)
+    model, image = Stem().eval(), torch.randn(1, 3, 64, 64)
+    plain = tp.compile(model, (image,), chunks=4)
+    assert plain.chunking.chosen.chunks == 1  # the stem is the peak: chunks alone gain nothing
+    patched = tp.compile(model, (image,), patches="auto")
+    both = tp.compile(model, (image,), patches="auto", chunks=4)
+    assert both.patching.chosen.split and both.chunking.chosen.chunks == 4
+    assert both.plan.arena_bytes < patched.plan.arena_bytes < plain.plan.arena_bytes
+    with torch.no_grad():
+        torch.testing.assert_close(both.run(image), model(image), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [
+    {"banks": [tp.Bank("sram", 48 * 1024, 1.0), tp.Bank("dram", None, 40.0)]},
+    {"fold": False}, {"reuse": False}, {"algorithm": "optimal"},
+], ids=["banks", "no-folding", "no-reuse", "optimal"])
+def test_chunks_compose_with_banks_folding_reuse_and_the_planners(options) -> None:
+    torch.manual_seed(0)
+    model, tokens = Stack().eval(), _tokens()
+    plain = tp.compile(model, (tokens,), **options)
+    chunked = tp.compile(model, (tokens,), chunks=4, **options)
+    assert chunked.chunking.chosen.chunks == 4
+    assert chunked.plan.arena_bytes < plain.plan.arena_bytes
+    for bank in chunked.plan.banks:
+        assert bank.capacity is None or bank.arena_bytes <= bank.capacity
+    assert torch.equal(chunked.run(tokens), plain.run(tokens))
+
+
 def test_a_dynamic_seq_declines_with_its_reason() -> None:
     tokens = _tokens()
     seq = torch.export.Dim("seq", min=2, max=S)

@@ -159,6 +159,9 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     (by query rows), MLP and residuals chunk by chunk of the token rows, at the count whose
     plan is smallest, keeping the program as exported unless a chunking is smaller;
     ``Program.chunking`` lists what was tried, the regions and the largest values left whole.
+    With both, chunks are chosen first and patches judged against the peak they leave; when
+    chunks gained nothing but a patching is kept, chunks are chosen again on the patched
+    program (a conv stem's peak may have hidden the layers').
 
     ``banks`` (``tensorplan.banks``): memories fastest first, ``[tp.Bank("sram", 256 * 1024, 1.0),
     tp.Bank("dram", None, 40.0)]``; each storage is put in one bank so that the bytes moved
@@ -193,13 +196,18 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
         return _planned(ready.lives, ready.chosen,
                         PlanOptions(algorithm="greedy", alignment=alignment)).arena_bytes
 
+    def chunked(candidate: ExportedProgram) -> tuple[ExportedProgram, Chunking]:
+        with stage("chunks", candidate):
+            return choose_chunks(candidate, chunks, arena_of)
+
     patching = chunking = None
+    if chunks is not None:  # first: a patching is judged against the peak chunks leave
+        program, chunking = chunked(program)
     if patches is not None:
         with stage("patches", program):
             program, patching = choose_patches(program, patches, max_overhead, arena_of)
-    if chunks is not None:
-        with stage("chunks", program):
-            program, chunking = choose_chunks(program, chunks, arena_of)
+        if chunking is not None and chunking.chosen.chunks == 1 and patching.chosen.split:
+            program, chunking = chunked(program)  # the patches may have left the layers' peak
     ready = prepare(program)
     roles, specs, chosen, lives = ready.roles, ready.specs, ready.chosen, ready.lives
     options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,

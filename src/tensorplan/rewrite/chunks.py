@@ -375,15 +375,16 @@ def _root(node: torch.fx.Node, roots: Mapping[str, str]) -> str:
     return node.name
 
 
-def estimate(program: ExportedProgram, found: Sequence[Region], count: int) -> int:
-    """The peak bytes live at once when the program runs in graph order with ``count`` chunks
-    per region and one buffer per value (a view in its source's), read off the program as
-    exported, without rewriting it: a region's values at one chunk's rows, a value a region
-    reads from outside live until the region's last chunk, a split from its first chunk on.
-    It ranks chunk counts; the plan of the chosen one is the real figure."""
+def estimate(program: ExportedProgram, found: Sequence[Region], counts: Sequence[int]) -> int:
+    """The peak bytes live at once when the program runs in graph order with ``counts[i]``
+    chunks for ``found[i]`` and one buffer per value (a view in its source's), read off the
+    program as exported, without rewriting it: a region's values at one chunk's rows, a value
+    a region reads from outside live until the region's last chunk, a split from its first
+    chunk on. It ranks chunk counts; the plan of the chosen one is the real figure."""
     order = [n for n in program.graph.nodes if n.op == "call_function"]
     index = {n.name: i for i, n in enumerate(order)}
     region_of = {name: r for r in found for name in r.nodes}
+    count_of = {r.split: n for r, n in zip(found, counts, strict=True)}
     first = {r.split: index[r.nodes[0]] for r in found}
     fixed = constants(program)
     roots: dict[str, str] = {}
@@ -397,7 +398,8 @@ def estimate(program: ExportedProgram, found: Sequence[Region], count: int) -> i
         if root == node.name:
             nbytes = _tensor_bytes(node)
             if region is not None and node.name != region.split:
-                nbytes = math.ceil(nbytes * math.ceil(region.extent / count) / region.extent)
+                nbytes = math.ceil(nbytes * math.ceil(region.extent / count_of[region.split]) /
+                                   region.extent)
             size[root] = nbytes
             live[root] = [first.get(node.name, i), i]
         for arg in node.all_input_nodes:
@@ -441,6 +443,9 @@ class Chunking:
 
 AUTO_COUNTS: tuple[int, ...] = (2, 4, 8, 16, 32)  # the chunk counts "auto" estimates
 AUTO_SLACK = 1.05  # "auto" plans the fewest chunks estimated within this of the least
+MIN_CHUNK_ROWS = 8  # "auto" leaves a region at least this many rows per chunk: a matmul of
+#                    fewer rows takes MKL's small-matrix path, which sums in another order
+#                    (not bitwise equal to the whole), and each chunk adds steps
 MAX_OVERHEAD = 1.02  # chunking adds steps, not arithmetic
 
 
@@ -457,16 +462,26 @@ SMALL_REGION = 0.1  # a region whose largest value is below this share of the la
 #                     region's is kept only where it lowers the estimate
 
 
-def _worth_it(program: ExportedProgram, found: Sequence[Region], count: int) -> list[Region]:
-    """The regions without the small ones (a norm's statistics, a position count) whose
-    chunking does not lower the estimated peak: they would add steps only."""
-    kept = list(found)
-    largest = max(r.largest_bytes for r in found)
-    for region in sorted(found, key=lambda r: r.largest_bytes):
+def _counts(found: Sequence[Region], count: int, auto: bool) -> list[int]:
+    """Each region's chunks for ``count``: at most its rows, and with ``auto`` at most as
+    many as leave ``MIN_CHUNK_ROWS`` rows each."""
+    return [min(count, max(1, r.extent // MIN_CHUNK_ROWS) if auto else r.extent)
+            for r in found]
+
+
+def _worth_it(program: ExportedProgram, found: Sequence[Region], count: int,
+              auto: bool) -> list[Region]:
+    """The regions that are chunked at ``count``: without those left one chunk, nor the
+    small ones (a norm's statistics, a position count) whose chunking does not lower the
+    estimated peak: they would add steps only."""
+    kept = [r for r, n in zip(found, _counts(found, count, auto), strict=True) if n > 1]
+    largest = max((r.largest_bytes for r in kept), default=0)
+    for region in sorted(kept, key=lambda r: r.largest_bytes):
         if region.largest_bytes >= SMALL_REGION * largest:
             break
         without = [r for r in kept if r is not region]
-        if estimate(program, without, count) <= estimate(program, kept, count):
+        if estimate(program, without, _counts(without, count, auto)) <= \
+                estimate(program, kept, _counts(kept, count, auto)):
             kept = without
     return kept
 
@@ -478,7 +493,8 @@ def _declined(base: Candidate, reason: str, whole: Sequence[Whole] = ()) -> Chun
 def choose(program: ExportedProgram, chunks: str | int,
            arena_of: Callable[[ExportedProgram], int]) -> tuple[ExportedProgram, Chunking]:
     """The program to compile and what was tried. Each count (``AUTO_COUNTS`` for ``"auto"``,
-    at most each region's rows, over every region) is ranked by ``estimate``; the fewest
+    at most each region's rows, and with ``"auto"`` at least ``MIN_CHUNK_ROWS`` rows a chunk)
+    is ranked by ``estimate``; the fewest
     chunks estimated within ``AUTO_SLACK`` of the least is rewritten and planned (``arena_of``
     plans a program and returns its arena bytes), and kept when its arena is strictly smaller
     than the program as exported's and its multiply-adds within ``MAX_OVERHEAD``. A program
@@ -490,15 +506,19 @@ def choose(program: ExportedProgram, chunks: str | int,
         return program, _declined(base, "dynamic dims: the chunk rewrite runs on programs of "
                                         "static shapes only")
     found, whole = regions(program)
-    base = Candidate(1, estimate(program, found, 1), base.arena_bytes, 1.0)
+    base = Candidate(1, estimate(program, found, [1] * len(found)), base.arena_bytes, 1.0)
     if not found:
         return program, _declined(base, "no region: no value made by rows holds a larger one "
                                         "(no attention or MLP over a token dim)", whole)
-    estimates = {n: estimate(program, found, n) for n in counts}
+    auto = chunks == "auto"
+    estimates = {n: estimate(program, found, _counts(found, n, auto)) for n in counts}
     least = min(estimates.values())
     pick = min(n for n in counts if estimates[n] <= least * AUTO_SLACK)
-    found = _worth_it(program, found, pick)
-    chunked = chunk_program(program, found, [min(pick, r.extent) for r in found])
+    found = _worth_it(program, found, pick, auto)
+    if not found:
+        return program, _declined(base, f"no region has {2 * MIN_CHUNK_ROWS} rows (two chunks "
+                                        f"of {MIN_CHUNK_ROWS})", whole)
+    chunked = chunk_program(program, found, _counts(found, pick, auto))
     planned = Candidate(pick, estimates[pick], arena_of(chunked),
                         multiply_adds(chunked) / (multiply_adds(program) or 1))
     tried = (base, *(planned if n == pick else Candidate(n, estimates[n]) for n in counts))

@@ -35,8 +35,9 @@ class Rebuild:
         self.fake_mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
 
     def copy(self, node: torch.fx.Node) -> torch.fx.Node:
-        """``node`` as it is, reading the values its inputs now have."""
+        """``node`` as it is, under its own name, reading the values its inputs now have."""
         new = self.graph.node_copy(node, lambda n: self.env[n.name])
+        new.name = node.name  # fx renames a name it deems illegal (an input called "input")
         self.env[node.name] = new
         return new
 
@@ -82,7 +83,7 @@ class Rebuild:
                 if getattr(spec.arg, "name", None) and spec.arg.name not in names]
         if lost:
             raise InternalError(f"rebuild: the new graph lost the names {lost[:5]} its "
-                                f"signature refers to")
+                                f"signature refers to", "rewrite")
         module = torch.fx.GraphModule(source.graph_module, self.graph)
         return ExportedProgram(
             root=module, graph=module.graph, graph_signature=source.graph_signature,

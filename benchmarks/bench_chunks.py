@@ -216,9 +216,9 @@ def summary(rows: Sequence[Row]) -> str:
                     if ratios[name] > targets[name])
     text = [ratios[name] for name in TEXT if name in ratios]
     larger = [row.model for row in rows if row.on.plan.arena_bytes > row.off.plan.arena_bytes]
-    return (f"**Summary**: with `chunks=\"auto\"`, the text models at real lengths plan a median "
-            f"{statistics.median(text) if text else float('nan'):.2f}x of ExecuTorch's best "
-            f"(target <= {TARGET:.2f}x); over all {len(ratios)} models "
+    text_clause = (f"the text models at real lengths plan a median {statistics.median(text):.2f}x "
+                   f"of ExecuTorch's best (target <= {TARGET:.2f}x); " if text else "")
+    return (f"**Summary**: with `chunks=\"auto\"`, {text_clause}over all {len(ratios)} models "
             f"{statistics.median(ratios.values()):.2f}x; above their targets: "
             f"{', '.join(missed) or 'none'}; larger than without chunks: "
             f"{', '.join(larger) or 'none'}; every program equal to eager: "

@@ -46,15 +46,20 @@ def _tokens(seq: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, seq))
 
 
-def _bert(layers: int, hidden: int, heads: int, seq: int) -> Example:
+def _bert(layers: int, hidden: int, heads: int, seq: int, dynamic: bool = False) -> Example:
+    """BERT at ``seq`` tokens; ``dynamic``: seq is 64 x blocks, 128 to ``seq``."""
     from transformers import BertConfig, BertModel
 
     from tensorplan.zoo.hf import EncoderOutputs
     config = BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                         intermediate_size=4 * hidden, vocab_size=VOCAB,
                         max_position_embeddings=512)
+    shapes = None
+    if dynamic:
+        rows = 64 * torch.export.Dim("blocks", min=2, max=seq // 64)
+        shapes = ({1: rows}, {1: rows})
     return Example(EncoderOutputs(BertModel(config)).eval(),
-                   (_tokens(seq), torch.ones(1, seq, dtype=torch.long)))
+                   (_tokens(seq), torch.ones(1, seq, dtype=torch.long)), dynamic_shapes=shapes)
 
 
 def _gpt2(hidden: int, heads: int, seq: int) -> Example:
@@ -116,6 +121,7 @@ def _moe() -> Example:
 
 MODELS: dict[str, Callable[[], Example]] = {
     "bert_base_512": lambda: _bert(2, 768, 12, 512),
+    "bert_base_512_dynamic": lambda: _bert(2, 768, 12, 512, dynamic=True),
     "gpt2_small_1024": lambda: _gpt2(768, 12, 1024),
     "llama_smollm2_512": _llama,
     "t5_small_encoder_512": _t5_encoder,
@@ -125,8 +131,8 @@ MODELS: dict[str, Callable[[], Example]] = {
     "fresh_bert_4x512_384": lambda: _bert(4, 512, 8, 384),
     "fresh_gpt2_16h_768": lambda: _gpt2(1024, 16, 768),
 }
-TEXT = ("bert_base_512", "gpt2_small_1024", "llama_smollm2_512", "t5_small_encoder_512",
-        "whisper_tiny_encoder_1500")
+TEXT = ("bert_base_512", "bert_base_512_dynamic", "gpt2_small_1024", "llama_smollm2_512",
+        "t5_small_encoder_512", "whisper_tiny_encoder_1500")
 
 
 @dataclass(frozen=True)
@@ -149,9 +155,10 @@ def measure(name: str, build: Callable[[], Example], runs: int) -> Row:
     example = build()
     with quiet():
         start = time.perf_counter()
-        off = tp.compile(example.model, example.args)
+        off = tp.compile(example.model, example.args, dynamic_shapes=example.dynamic_shapes)
         middle = time.perf_counter()
-        on = tp.compile(example.model, example.args, chunks="auto")
+        on = tp.compile(example.model, example.args, dynamic_shapes=example.dynamic_shapes,
+                        chunks="auto")
         seconds = (middle - start, time.perf_counter() - middle)
     with torch.no_grad():
         expected = example.model(*example.args)

@@ -9,6 +9,7 @@ eager within 1e-5 (the exported attention is decomposed, eager's is fused).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from torch import nn
 
 import tensorplan as tp
 from tensorplan.errors import InputError
+from tensorplan.report.rewrites import rewrite_notes
 from tensorplan.rewrite import chunks
 from tensorplan.rewrite.rows import WHOLE, Rows, input_rows, reshaped_rows
 
@@ -82,11 +84,12 @@ class Layer(nn.Module):
         scores = q @ k.transpose(-1, -2) / math.sqrt(D // H)
         if self.bias is not None:
             scores = scores + self.bias
+        rows = x.shape[1]
         if self.causal:
-            scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), -1e9)
+            scores = scores.masked_fill(torch.ones(rows, rows, dtype=torch.bool).triu(1), -1e9)
         if pad is not None:
             scores = scores + (1.0 - pad[:, None, None, :]) * -1e9
-        a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(1, S, D)
+        a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(1, rows, D)
         x = x + self.out(a)
         return x + self._mlp(self.norm2(x))
 
@@ -246,7 +249,6 @@ def test_auto_leaves_at_least_eight_rows_a_chunk_where_a_count_asks_for_fewer() 
 def test_the_page_and_the_picture_say_the_program_is_chunked_and_where(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     from tensorplan.report.html import page_data, value_details
-    from tensorplan.report.rewrites import rewrite_notes
     from tensorplan.report.timeline import _title, plot_timeline
     torch.manual_seed(0)
     plain, chunked = _both(Stack(), (_tokens(),), 4)
@@ -314,14 +316,58 @@ def test_chunks_compose_with_banks_folding_reuse_and_the_planners(options) -> No
     assert torch.equal(chunked.run(tokens), plain.run(tokens))
 
 
-def test_a_dynamic_seq_declines_with_its_reason() -> None:
+def test_a_plain_dynamic_seq_declines_naming_the_multiple_that_would_chunk() -> None:
     tokens = _tokens()
     seq = torch.export.Dim("seq", min=2, max=S)
     model = nn.Sequential(nn.Embedding(50, D), nn.Linear(D, 4 * D), nn.GELU(),
                           nn.Linear(4 * D, D)).eval()
     prog = tp.compile(model, (tokens,), dynamic_shapes=({1: seq},), chunks=4)
     assert prog.chunking.chosen.chunks == 1
-    assert prog.chunking.declined.startswith("dynamic dims")
+    assert "a multiple of no chunk count" in prog.chunking.declined
+    assert "8 * Dim(" in prog.chunking.declined
+
+
+def _dynamic_stack() -> tuple[nn.Module, tuple[torch.Tensor], tuple[dict[int, Any]]]:
+    """A causal stack with rotary and grouped-query attention whose seq is 8 x blocks, 16..128."""
+    torch.manual_seed(0)
+    blocks = torch.export.Dim("blocks", min=2, max=16)
+    return Stack(rotary=True, kv_heads=2).eval(), (_tokens(),), ({1: 8 * blocks},)
+
+
+def test_a_dynamic_seq_that_is_a_multiple_is_chunked_and_proven_at_every_size() -> None:
+    model, args, dynamic = _dynamic_stack()
+    program = tp.capture(model, args, dynamic_shapes=dynamic)
+    plain, chunked = tp.compile(program), tp.compile(program, chunks=4)
+    assert chunked.chunking.chosen.chunks == 4, chunked.chunking.declined
+    assert all(str(region.symbolic) == f"8*{plain.plan.symbolic.dims[0].symbol}"
+               for region in chunked.chunking.regions)
+    symbolic = chunked.plan.symbolic
+    assert symbolic is not None and dict(symbolic.held) == {}
+    name = symbolic.dims[0].name
+    for blocks in (2, 5, 16):
+        smaller = symbolic.arena.evaluate({name: blocks})
+        assert smaller < plain.plan.symbolic.arena.evaluate({name: blocks})
+        tokens = torch.randint(0, 50, (1, 8 * blocks))
+        with torch.no_grad():
+            eager = model(tokens)
+        got = chunked.run(tokens)
+        torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
+        if blocks == 16:  # 32 rows a chunk: the same kernels as whole, bitwise
+            assert torch.equal(got, plain.run(tokens))
+    assert chunked.plan.arena_bytes == symbolic.arena.evaluate({name: 16})
+    chunked_note = next(n for n in rewrite_notes(chunked) if n.label == "chunked")
+    assert f"8*{symbolic.dims[0].symbol}, at most 128, rows of dim 1" in chunked_note.detail
+
+
+def test_a_dynamic_count_must_divide_the_rows_at_every_size() -> None:
+    model, args, dynamic = _dynamic_stack()
+    program = tp.capture(model, args, dynamic_shapes=dynamic)
+    prog = tp.compile(program, chunks=16)  # 16 does not divide 8 x blocks: 8 chunks
+    assert prog.chunking.chosen.chunks == 16
+    assert {region.fits(16) for region in prog.chunking.regions} == {8}
+    found, _ = chunks.regions(program)
+    with pytest.raises(tp.InputError, match="do not divide"):
+        chunks.chunk_program(program, found, [3] * len(found))
 
 
 def test_a_program_with_no_region_declines_with_its_reason() -> None:
@@ -449,3 +495,20 @@ def test_a_chunked_pte_equals_eager_in_executorchs_runtime() -> None:
     with torch.no_grad():
         torch.testing.assert_close(method.execute([tokens])[0].clone(), model(tokens),
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_a_dynamic_chunked_pte_equals_eager_at_three_sizes() -> None:
+    pytest.importorskip("executorch")
+    from executorch.runtime import Runtime
+
+    from tensorplan.integrations.executorch import to_executorch
+
+    model, args, dynamic = _dynamic_stack()
+    prog = tp.compile(model, args, dynamic_shapes=dynamic, chunks=4)
+    assert prog.chunking.chosen.chunks == 4
+    method = Runtime.get().load_program(to_executorch(prog).buffer).load_method("forward")
+    for blocks in (2, 7, 16):
+        tokens = torch.randint(0, 50, (1, 8 * blocks))
+        with torch.no_grad():
+            torch.testing.assert_close(method.execute([tokens])[0].clone(), model(tokens),
+                                       rtol=1e-5, atol=1e-5)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from tensorplan.program import Program
 from tensorplan.report.text import bytes_text
+from tensorplan.rewrite.chunks import Region
 
 LISTED_REGIONS = 4  # regions named in a chunking's note; the rest counted
 
@@ -39,7 +40,7 @@ def rewrite_notes(program: Program) -> list[Note]:
     if chunking is not None:
         chosen, base = chunking.chosen, chunking.candidates[0]
         if chosen.chunks > 1:
-            where = "; ".join(f"{r.split} ({r.extent} rows of dim {r.dim}, largest inside "
+            where = "; ".join(f"{r.split} ({_rows(r)} rows of dim {r.dim}, largest inside "
                               f"{r.largest}: {bytes_text(r.largest_bytes)} whole)"
                               for r in chunking.regions[:LISTED_REGIONS])
             more = len(chunking.regions) - LISTED_REGIONS
@@ -51,3 +52,10 @@ def rewrite_notes(program: Program) -> list[Note]:
         else:
             notes.append(Note("chunked", "not chunked", chunking.declined))
     return notes
+
+
+def _rows(region: Region) -> str:
+    """A region's rows: their count, or with a dynamic dim their size and bound."""
+    if region.symbolic is None:
+        return str(region.extent)
+    return f"{region.symbolic}, at most {region.extent},"

@@ -30,24 +30,40 @@ and the four output chunks are concatenated.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 from torch.export import ExportedProgram
+from torch.utils._sympy.numbers import int_oo
 
 from tensorplan.errors import InputError
 from tensorplan.ops.schemas import is_view
 from tensorplan.rewrite.rebuild import Rebuild
-from tensorplan.rewrite.rows import _RESHAPES, WHOLE, Need, Rows, has_rule, input_rows, shape
+from tensorplan.rewrite.rows import (
+    _RESHAPES,
+    WHOLE,
+    Need,
+    Rows,
+    Unsized,
+    current_point,
+    has_rule,
+    input_rows,
+    shape,
+    sizes,
+    sizes_at,
+)
 
 aten = torch.ops.aten
-Span = tuple[int, int]
+Span = tuple[Any, Any]  # rows [start, stop): ints, or sympy polynomials in the dynamic dims
 
 
 @dataclass(frozen=True)
@@ -56,13 +72,33 @@ class Region:
 
     split: str  # the value made chunk by chunk and concatenated (the region's last node)
     dim: int  # the split's dim the chunks divide
-    extent: int  # the split's rows along it
+    extent: int  # the split's rows along it (at the dims' upper bounds)
     nodes: tuple[str, ...]  # every node run per chunk, in graph order (the split last)
     rows: Mapping[str, Rows]  # each node's rows for a chunk of the split's
     needs: Mapping[str, Mapping[str, Need]]  # what each node reads of each input
     checks: tuple[str, ...]  # checks (``_assert_tensor_metadata``) of region values, dropped
     largest: str  # the region's largest value made whole as exported
     largest_bytes: int
+    symbolic: Any = None  # the split's rows as a sympy polynomial in the dims (None: static)
+
+    @property
+    def step(self) -> int | None:
+        """The largest count that divides the split's rows at every size of the dims (the
+        gcd of its polynomial's coefficients); None when the rows are static."""
+        if self.symbolic is None:
+            return None
+        poly = sympy.Poly(self.symbolic, *sorted(self.symbolic.free_symbols, key=str))
+        coefficients = poly.coeffs()
+        if not all(c.is_Integer for c in coefficients):
+            return 1
+        return math.gcd(*(int(c) for c in coefficients))
+
+    def fits(self, count: int, least_rows: int = 1) -> int:
+        """The most chunks up to ``count`` that leave at least ``least_rows`` rows each (at the
+        upper bounds) and, for dynamic rows, divide them at every size."""
+        limit = max(1, min(count, self.extent // least_rows))
+        step = self.step
+        return limit if step is None else max(d for d in range(1, limit + 1) if step % d == 0)
 
 
 @dataclass(frozen=True)
@@ -78,8 +114,29 @@ def _nbytes(node: torch.fx.Node) -> int:
     """The bytes of a node's value (of its largest tensor, for a tuple)."""
     value = node.meta.get("val")
     values = value if isinstance(value, (tuple, list)) else [value]
-    return max((v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor)),
-               default=0)
+    return max((math.prod(sizes(v)) * v.element_size() for v in values
+                if isinstance(v, torch.Tensor)), default=0)
+
+
+@contextmanager
+def _sized(program: ExportedProgram) -> Iterator[None]:
+    """Sizes read at the point set already, else at the dims' upper bounds."""
+    if current_point():
+        yield
+        return
+    with sizes_at({symbol: int(bounds.upper)
+                   for symbol, bounds in program.range_constraints.items()
+                   if bounds.upper != int_oo}):
+        yield
+
+
+def _at_bounds(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function(program, ...)`` with its sizes read as ``_sized`` says."""
+    @functools.wraps(function)
+    def sized(program: ExportedProgram, *args: Any, **kwargs: Any) -> Any:
+        with _sized(program):
+            return function(program, *args, **kwargs)
+    return sized
 
 
 def constants(program: ExportedProgram) -> set[str]:
@@ -171,10 +228,12 @@ def _region_of(split: torch.fx.Node, dim: int, found: Mapping[str, tuple[Rows, d
     inner = [n for n in members if n is not split and not _is_view(n)] or [split]
     largest = max(inner, key=_nbytes)
     checks = tuple(u.name for n in members for u in n.users if _is_check(u))
+    size = split.meta["val"].shape[dim]
     return Region(split.name, dim, int(shape(split)[dim]), tuple(n.name for n in members),
                   {n.name: found[n.name][0] for n in members},
                   {n.name: found[n.name][1] for n in members}, checks, largest.name,
-                  _nbytes(largest))
+                  _nbytes(largest),
+                  None if isinstance(size, int) else sympy.expand(size.node.expr))
 
 
 def _best_region(split: torch.fx.Node, walk: _Walk, graph: torch.fx.Graph) -> Region | None:
@@ -192,11 +251,7 @@ def _best_region(split: torch.fx.Node, walk: _Walk, graph: torch.fx.Graph) -> Re
     return best if best is not None and best.largest_bytes > _nbytes(split) else None
 
 
-def _static(program: ExportedProgram) -> bool:
-    return all(isinstance(d, int) for n in program.graph.nodes if n.op == "placeholder"
-               for d in (shape(n) or ()))
-
-
+@_at_bounds
 def regions(program: ExportedProgram, largest: int = 5) -> tuple[list[Region], list[Whole]]:
     """The regions of the program, in graph order, and its ``largest`` values left whole
     (with the reason each is not in a region)."""
@@ -242,9 +297,22 @@ def _reason(node: torch.fx.Node, reasons: Mapping[str, str], outputs: set[str],
     return "read by no region"
 
 
-def _tiles(size: int, parts: int) -> list[Span]:
-    bounds = [round(i * size / parts) for i in range(parts + 1)]
-    return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+def _tiles(region: Region, parts: int) -> list[Span]:
+    """The split's rows in ``parts`` chunks: as even as the rows allow when they are static,
+    else each ``1 / parts`` of the rows' polynomial (``parts`` divides it)."""
+    if region.symbolic is None:
+        bounds = [round(i * region.extent / parts) for i in range(parts + 1)]
+        return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    bounds = [sympy.expand(i * region.symbolic / parts) for i in range(parts + 1)]
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two sizes (ints, SymInts or sympy expressions) equal at every size of the dims."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    exprs = [x.node.expr if isinstance(x, torch.SymInt) else x for x in (a, b)]
+    return sympy.expand(exprs[0] - exprs[1]) == 0
 
 
 class _Chunks:
@@ -261,11 +329,12 @@ class _Chunks:
         if need == WHOLE:
             return value
         start, stop = need.span(chunk)
-        if (start, stop) == (0, value.meta["val"].shape[need.dim]):
+        if _same(start, 0) and _same(stop, value.meta["val"].shape[need.dim]):
             return value
         key = (arg.name, need.dim, start, stop)
         if key not in cuts:
-            cuts[key] = self.build.emit(aten.slice.Tensor, (value, need.dim, start, stop),
+            bounds = (self.build.size(start), self.build.size(stop))
+            cuts[key] = self.build.emit(aten.slice.Tensor, (value, need.dim, *bounds),
                                         like=arg, name=f"{arg.name}_rows{tag}")
         return cuts[key]
 
@@ -275,9 +344,9 @@ class _Chunks:
         if node.target is aten.slice.Tensor and node.args[1] % len(shape(node)) == rows.dim:
             return args[0]  # its input was cut to the slice's rows of the chunk
         if node.target in _RESHAPES or node.target is aten.expand.default:
-            size = list(shape(node))
+            size = list(args[1])
             start, stop = rows.span(chunk)
-            size[rows.dim] = stop - start
+            size[rows.dim] = self.build.size(stop - start)
             args = (args[0], size, *args[2:])
         return self.build.emit(node.target, args, kwargs, like=node, name=f"{node.name}{tag}")
 
@@ -289,8 +358,11 @@ class _Chunks:
             node, needs = self.nodes[name], region.needs[name]
 
             def value(arg: torch.fx.Node, needs: Mapping[str, Need] = needs) -> Any:
-                return local[arg.name] if arg.name in local else \
-                    self._cut(arg, needs[arg.name], chunk, tag, cuts)
+                if arg.name in local:
+                    return local[arg.name]
+                if arg.name not in needs:  # a size (SymInt) made before the region
+                    return self.build.env[arg.name]
+                return self._cut(arg, needs[arg.name], chunk, tag, cuts)
 
             source = node.args[0] if node.target is operator.getitem else None
             if source is not None and source.name not in local:  # an item of a tuple made whole
@@ -305,6 +377,7 @@ class _Chunks:
         return local[region.split]
 
 
+@_at_bounds
 def chunk_program(program: ExportedProgram, found: Sequence[Region],
                   counts: Sequence[int]) -> ExportedProgram:
     """The program with each region run once per chunk of its split's rows (``counts[i]``
@@ -313,15 +386,23 @@ def chunk_program(program: ExportedProgram, found: Sequence[Region],
     second trace (``rebuild.py``): the values of the new nodes are computed on the program's
     fake tensors.
 
-    Pure: ``program`` is not modified. Raises ``InputError`` for a count below 1 or above a
-    region's rows.
+    With dynamic dims the chunks are ``1 / count`` of the split's rows at every size (sizes
+    made from the inputs' sizes, ``sym_size``), so ``count`` must divide them; call it within
+    ``sizes_at`` the dims' upper bounds.
+
+    Pure: ``program`` is not modified. Raises ``InputError`` for a count below 1, above a
+    region's rows, or that does not divide its dynamic rows.
     """
     for region, count in zip(found, counts, strict=True):
         if not 1 <= count <= region.extent:
             raise InputError(f"chunks: {count} chunks do not fit the {region.extent} rows of "
                              f"{region.split!r} (dim {region.dim}); choose 1 to "
                              f"{region.extent}")
-    chunked = {r.split: (r, _tiles(r.extent, n)) for r, n in zip(found, counts, strict=True)
+        if region.fits(count) != count:
+            raise InputError(f"chunks: {count} chunks do not divide the {region.symbolic} rows "
+                             f"of {region.split!r} (dim {region.dim}) at every size; choose a "
+                             f"divisor of {region.step}")
+    chunked = {r.split: (r, _tiles(r, n)) for r, n in zip(found, counts, strict=True)
                if n > 1}
     inside = {name for r, _ in chunked.values() for name in (*r.nodes[:-1], *r.checks)}
     chunks = _Chunks(program)
@@ -340,6 +421,7 @@ _MATMULS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0,
             aten.baddbmm.default: 1}
 
 
+@_at_bounds
 def multiply_adds(program: ExportedProgram) -> int:
     """Multiply-adds of the program's matmuls and convolutions (output elements times the
     contracted size)."""
@@ -357,7 +439,8 @@ def multiply_adds(program: ExportedProgram) -> int:
 def _tensor_bytes(node: torch.fx.Node) -> int:
     value = node.meta.get("val")
     values = value if isinstance(value, (tuple, list)) else [value]
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+    return sum(math.prod(sizes(v)) * v.element_size() for v in values
+               if isinstance(v, torch.Tensor))
 
 
 def _is_view(node: torch.fx.Node) -> bool:
@@ -375,6 +458,7 @@ def _root(node: torch.fx.Node, roots: Mapping[str, str]) -> str:
     return node.name
 
 
+@_at_bounds
 def estimate(program: ExportedProgram, found: Sequence[Region], counts: Sequence[int]) -> int:
     """The peak bytes live at once when the program runs in graph order with ``counts[i]``
     chunks for ``found[i]`` and one buffer per value (a view in its source's), read off the
@@ -463,10 +547,9 @@ SMALL_REGION = 0.1  # a region whose largest value is below this share of the la
 
 
 def _counts(found: Sequence[Region], count: int, auto: bool) -> list[int]:
-    """Each region's chunks for ``count``: at most its rows, and with ``auto`` at most as
-    many as leave ``MIN_CHUNK_ROWS`` rows each."""
-    return [min(count, max(1, r.extent // MIN_CHUNK_ROWS) if auto else r.extent)
-            for r in found]
+    """Each region's chunks for ``count``: at most its rows, a divisor of its dynamic rows,
+    and with ``auto`` at most as many as leave ``MIN_CHUNK_ROWS`` rows each."""
+    return [r.fits(count, MIN_CHUNK_ROWS if auto else 1) for r in found]
 
 
 def _worth_it(program: ExportedProgram, found: Sequence[Region], count: int,
@@ -490,22 +573,82 @@ def _declined(base: Candidate, reason: str, whole: Sequence[Whole] = ()) -> Chun
     return Chunking(base, (base,), (), tuple(whole), reason, MAX_OVERHEAD)
 
 
+def _points(program: ExportedProgram) -> tuple[dict[Any, int], dict[Any, int]] | str:
+    """Two points of the dims' box the rules are read at: the upper bounds (the plan's sizes)
+    and distinct primes near 10**4 (no size equal to another by chance), or why there are none."""
+    upper, probe = {}, {}
+    prime = 10_000
+    for symbol, bounds in sorted(program.range_constraints.items(), key=lambda kv: str(kv[0])):
+        if bounds.upper == int_oo:
+            return f"the dim {symbol} has no upper bound: give its Dim a max"
+        prime = sympy.nextprime(prime)
+        upper[symbol], probe[symbol] = int(bounds.upper), prime
+    return upper, probe
+
+
+def _read(found: Sequence[Region]) -> list[tuple[Any, ...]]:
+    """What the rules say of each region: its split, dim, nodes, rows and needs."""
+    return [(r.split, r.dim, r.nodes, dict(r.rows), {k: dict(v) for k, v in r.needs.items()})
+            for r in found]
+
+
+def _found(program: ExportedProgram
+           ) -> tuple[list[Region], list[Whole], dict[Any, int]] | str:
+    """The regions at the dims' upper bounds (and those bounds), when the rules read at other
+    sizes find the same ones (with dynamic dims), or why not."""
+    points = _points(program)
+    if isinstance(points, str):
+        return points
+    upper, probe = points
+    try:
+        with sizes_at(upper):
+            found, whole = regions(program)
+        if upper:
+            with sizes_at(probe):
+                again, _ = regions(program)
+            if _read(again) != _read(found):
+                return "the row rules find other regions at other sizes of the dynamic dims"
+    except Unsized as error:
+        return f"sizes depend on data: {error}"
+    return found, whole, upper
+
+
+def _none_fit(found: Sequence[Region], counts: Sequence[int]) -> str:
+    """Why no region is chunked at any of ``counts``."""
+    dynamic = [r for r in found if r.symbolic is not None and r.fits(max(counts)) == 1]
+    if dynamic and len(dynamic) == len(found):
+        region = dynamic[0]
+        return (f"the rows of {region.split} are {region.symbolic} (a dynamic dim), a multiple "
+                f"of no chunk count at every size: export the dim as a multiple, "
+                f"seq = 8 * Dim(\"blocks\", max=...), to chunk it in 2, 4 or 8")
+    return f"no region has {2 * MIN_CHUNK_ROWS} rows (two chunks of {MIN_CHUNK_ROWS})"
+
+
 def choose(program: ExportedProgram, chunks: str | int,
            arena_of: Callable[[ExportedProgram], int]) -> tuple[ExportedProgram, Chunking]:
     """The program to compile and what was tried. Each count (``AUTO_COUNTS`` for ``"auto"``,
-    at most each region's rows, and with ``"auto"`` at least ``MIN_CHUNK_ROWS`` rows a chunk)
-    is ranked by ``estimate``; the fewest
-    chunks estimated within ``AUTO_SLACK`` of the least is rewritten and planned (``arena_of``
-    plans a program and returns its arena bytes), and kept when its arena is strictly smaller
-    than the program as exported's and its multiply-adds within ``MAX_OVERHEAD``. A program
-    with dynamic dims or no region declines (the reason in ``Chunking.declined``).
+    at most each region's rows, a divisor of its rows at every size of dynamic dims, and with
+    ``"auto"`` at least ``MIN_CHUNK_ROWS`` rows a chunk at the upper bounds) is ranked by
+    ``estimate``; the fewest chunks estimated within ``AUTO_SLACK`` of the least is rewritten
+    and planned (``arena_of`` plans a program and returns its arena bytes, at the upper
+    bounds), and kept when its arena is strictly smaller than the program as exported's and
+    its multiply-adds within ``MAX_OVERHEAD``. A program whose rules differ between sizes of
+    its dims, with an unbounded dim, or with no region declines (the reason in
+    ``Chunking.declined``).
     """
     counts = _checked(chunks)
     base = Candidate(1, 0, arena_of(program), 1.0)
-    if not _static(program):
-        return program, _declined(base, "dynamic dims: the chunk rewrite runs on programs of "
-                                        "static shapes only")
-    found, whole = regions(program)
+    read = _found(program)
+    if isinstance(read, str):
+        return program, _declined(base, read)
+    found, whole, upper = read
+    with sizes_at(upper):
+        return _chosen(program, chunks, counts, arena_of, base, found, whole)
+
+
+def _chosen(program: ExportedProgram, chunks: str | int, counts: tuple[int, ...],
+            arena_of: Callable[[ExportedProgram], int], base: Candidate,
+            found: list[Region], whole: list[Whole]) -> tuple[ExportedProgram, Chunking]:
     base = Candidate(1, estimate(program, found, [1] * len(found)), base.arena_bytes, 1.0)
     if not found:
         return program, _declined(base, "no region: no value made by rows holds a larger one "
@@ -514,10 +657,10 @@ def choose(program: ExportedProgram, chunks: str | int,
     estimates = {n: estimate(program, found, _counts(found, n, auto)) for n in counts}
     least = min(estimates.values())
     pick = min(n for n in counts if estimates[n] <= least * AUTO_SLACK)
-    found = _worth_it(program, found, pick, auto)
-    if not found:
-        return program, _declined(base, f"no region has {2 * MIN_CHUNK_ROWS} rows (two chunks "
-                                        f"of {MIN_CHUNK_ROWS})", whole)
+    kept = _worth_it(program, found, pick, auto)
+    if not kept:
+        return program, _declined(base, _none_fit(found, counts), whole)
+    found = kept
     chunked = chunk_program(program, found, _counts(found, pick, auto))
     planned = Candidate(pick, estimates[pick], arena_of(chunked),
                         multiply_adds(chunked) / (multiply_adds(program) or 1))

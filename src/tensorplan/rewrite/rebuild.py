@@ -4,16 +4,21 @@
 nodes (their values, ``meta["val"]``, kept), emits new nodes whose values it computes on the
 program's own fake tensors (the same fake mode and ShapeEnv, so the values are those a trace
 would give), and wraps the new graph with the program's signature, state and range
-constraints. Every name the signature refers to is kept, so the result is an ordinary
+constraints. A size that is a function of the dynamic dims (a chunk's rows) is made by
+``size``: ``sym_size`` of an input and integer arithmetic, as a trace makes it. Every name the
+signature refers to is kept, so the result is an ordinary
 core-ATen program for every later stage, made in time linear in its nodes (a trace of a
 chunked transformer takes seconds per thousand nodes).
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
@@ -31,6 +36,7 @@ class Rebuild:
         self.source = program
         self.graph = torch.fx.Graph()
         self.env: dict[str, torch.fx.Node] = {}
+        self._sizes: dict[Any, int | torch.fx.Node] = {}
         vals = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
         self.fake_mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
 
@@ -41,6 +47,58 @@ class Rebuild:
         self.env[node.name] = new
         return new
 
+    def size(self, expr: Any) -> int | torch.fx.Node:
+        """An int, or the node computing ``expr`` (a sympy polynomial with integer coefficients
+        in the program's dim symbols) from the inputs' sizes. Raises ``InternalError`` for a
+        symbol no input's size is linear in, or an expression that is no such polynomial."""
+        expr = sympy.expand(sympy.sympify(expr))
+        if expr.is_Integer:
+            return int(expr)
+        if expr not in self._sizes:
+            if expr.is_Symbol:
+                made = self._symbol(expr)
+            elif expr.is_Add or expr.is_Mul:
+                parts = [self.size(arg) for arg in expr.args]
+                join = operator.add if expr.is_Add else operator.mul
+                made = functools.reduce(lambda a, b: self._arith(join, a, b), parts)
+            elif expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
+                base = self.size(expr.base)
+                made = functools.reduce(lambda a, b: self._arith(operator.mul, a, b),
+                                        [base] * int(expr.exp))
+            else:
+                raise InternalError(f"rebuild: the size {expr} is no polynomial in the dims",
+                                    "rewrite")
+            self._sizes[expr] = made
+        return self._sizes[expr]
+
+    def _arith(self, op: Callable[[Any, Any], Any], a: Any, b: Any) -> Any:
+        if isinstance(a, int) and isinstance(b, int):
+            return op(a, b)
+        like = next(x for x in (a, b) if isinstance(x, torch.fx.Node))
+        return self.emit(op, (a, b), like=like, name=f"size_{op.__name__}")
+
+    def _symbol(self, symbol: sympy.Symbol) -> torch.fx.Node:
+        """``symbol`` from the first input size ``a * symbol + b`` (integers ``a >= 1``, ``b``)."""
+        for node in self.source.graph.nodes:
+            value = node.meta.get("val")
+            if node.op != "placeholder" or not isinstance(value, torch.Tensor):
+                continue
+            for dim, size in enumerate(value.shape):
+                if isinstance(size, int):
+                    continue
+                try:
+                    poly = sympy.Poly(size.node.expr, symbol)
+                except sympy.PolynomialError:
+                    continue
+                a, b = (poly.coeff_monomial(symbol), poly.coeff_monomial(1))
+                if poly.degree() == 1 and size.node.expr == a * symbol + b and a.is_Integer \
+                        and b.is_Integer and a >= 1:
+                    made = self.emit(torch.ops.aten.sym_size.int, (self.env[node.name], dim),
+                                     like=node, name=f"sym_size_{symbol}")
+                    made = self._arith(operator.sub, made, int(b)) if b else made
+                    return self._arith(operator.floordiv, made, int(a)) if a != 1 else made
+        raise InternalError(f"rebuild: no input's size is linear in the dim {symbol}", "rewrite")
+
     def emit(self, target: Callable[..., Any], args: tuple[Any, ...],
              kwargs: Mapping[str, Any] | None = None, *, like: torch.fx.Node,
              name: str) -> torch.fx.Node:
@@ -50,7 +108,8 @@ class Rebuild:
         vals = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
         val = self._value(target, vals[0], vals[1])
         node = self.graph.create_node("call_function", target, args, kwargs, name=name)
-        node.meta = {k: v for k, v in like.meta.items() if k not in ("val", "unbacked_bindings")}
+        node.meta = {k: v for k, v in like.meta.items()
+                     if k not in ("val", "tensor_meta", "unbacked_bindings")}
         node.meta["val"] = val
         return node
 

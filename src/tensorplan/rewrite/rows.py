@@ -18,6 +18,10 @@ shape ops from their dims and sizes; the rest are named with the argument that k
 (the reduced dims of a reduction, the normalized dims of a layer norm, the contracted dim of a
 matmul), since the schemas do not say which dims an op mixes.
 
+Sizes are integers: in a program with dynamic dims, a size (a ``SymInt``) is read at the point
+:func:`sizes_at` sets (``chunks.py`` reads the rules at the dims' upper bounds and again at
+other sizes, and keeps a region only where both agree).
+
 Worked example: ``bmm(q [4, 64, 32], k_t [4, 32, 64])`` with rows ``Rows(1, 1, 0)`` of its
 output (query rows) needs ``Rows(1, 1, 0)`` of ``q`` and all of ``k_t``.
 """
@@ -26,10 +30,13 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 
@@ -70,12 +77,54 @@ _ALONG_ONE_DIM = {aten._softmax.default: 1, aten._log_softmax.default: 1,
                   aten.sort.default: 1}
 
 
+_POINT: ContextVar[Mapping[Any, int] | None] = ContextVar("point", default=None)
+
+
+class Unsized(Exception):
+    """A size that is no number at the point :func:`sizes_at` set (a symbol it lacks, such as
+    one bound to data)."""
+
+
+@contextmanager
+def sizes_at(point: Mapping[Any, int]) -> Iterator[None]:
+    """Within it, every symbolic size reads as its value with each symbol (a sympy symbol of
+    the program's ShapeEnv) at ``point``'s integer."""
+    token = _POINT.set(point)
+    try:
+        yield
+    finally:
+        _POINT.reset(token)
+
+
+def current_point() -> Mapping[Any, int]:
+    """The point :func:`sizes_at` set (empty outside it)."""
+    return _POINT.get() or {}
+
+
+def size_of(size: Any) -> int:
+    """An int, or a ``SymInt`` at the point :func:`sizes_at` set. Raises ``Unsized`` when it
+    is no number there."""
+    if isinstance(size, int):
+        return size
+    value = sympy.sympify(size.node.expr.xreplace(current_point()))
+    if not value.is_number:
+        symbols = sorted(map(str, value.free_symbols))
+        raise Unsized(f"the size {size.node.expr} depends on {symbols}")
+    return int(value)
+
+
+def sizes(value: torch.Tensor) -> tuple[int, ...]:
+    """A tensor's sizes as ints (see :func:`size_of`)."""
+    found = tuple(value.shape)
+    return found if all(type(d) is int for d in found) else tuple(map(size_of, found))
+
+
 def shape(node: Any) -> tuple[int, ...] | None:
     """The shape of a node's tensor value (the first tensor of a tuple), or None."""
     value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     if isinstance(value, (tuple, list)):
         value = next((v for v in value if isinstance(v, torch.Tensor)), None)
-    return tuple(value.shape) if isinstance(value, torch.Tensor) else None
+    return sizes(value) if isinstance(value, torch.Tensor) else None
 
 
 def _tensor_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -200,9 +249,9 @@ def _slice(node: torch.fx.Node, rows: Rows) -> dict[str, Need] | None:
     step = node.args[4] if len(node.args) > 4 else 1
     if dim != rows.dim:
         return {source.name: rows}
-    if step != 1:
-        return None
     start = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
+    if step != 1 or not isinstance(start, int):
+        return None
     start = max(0, start + extent[dim] if start < 0 else min(start, extent[dim]))
     return {source.name: replace(rows, offset=rows.offset + start)}
 

@@ -325,6 +325,15 @@ def _in_place_on_first_argument(node: torch.fx.Node, olds: set[str]) -> bool:
     return isinstance(first, torch.fx.Node) and first.name in olds and not reads & olds
 
 
+def storage_of_value(alias: AliasTable, value: str) -> int | None:
+    """The storage of a value (``name`` or ``name[i]``, an item of a multi-output op), None
+    for constants and non-tensors."""
+    ref = alias.storage_of.get(value.partition("[")[0])
+    if isinstance(ref, tuple):
+        ref = ref[int(value.partition("[")[2].rstrip("]"))]
+    return ref
+
+
 class MergedStorages:
     """An alias table whose storages are being merged (by in-place reuse and concatenation in
     place): a union of storage ids, each merged storage under its root."""
@@ -343,9 +352,7 @@ class MergedStorages:
 
     def of(self, value: str) -> int | None:
         """The (merged) storage of a value (``name`` or ``name[i]``), None for constants."""
-        ref = self.alias.storage_of.get(value.partition("[")[0])
-        if isinstance(ref, tuple):
-            ref = ref[int(value.partition("[")[2].rstrip("]"))]
+        ref = storage_of_value(self.alias, value)
         return None if ref is None else self.find(ref)
 
     def merge(self, into: int, source: int) -> None:

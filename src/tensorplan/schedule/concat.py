@@ -45,7 +45,7 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 
-from tensorplan.analysis.alias import AliasTable, MergedStorages, Slice
+from tensorplan.analysis.alias import AliasTable, MergedStorages, Slice, storage_of_value
 from tensorplan.analysis.liveness import lifetimes
 from tensorplan.ops.control_flow import graph_modules
 from tensorplan.ops.schemas import is_view
@@ -155,39 +155,39 @@ def _is_view(value: str, nodes: dict[str, torch.fx.Node]) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and is_view(node.target)
 
 
-def _place(merged: MergedStorages, cat: torch.fx.Node, step: int, specs: SpecTable,
-           graph: _Graph) -> dict[str, Slice]:
-    """Merge every input of ``cat`` that can be made in place into its output's storage;
-    return the slices of the values moved."""
+def _place(table: AliasTable, cat: torch.fx.Node, step: int, specs: SpecTable,
+           graph: _Graph, last: dict[int, int]) -> tuple[AliasTable, dict[str, Slice]] | None:
+    """The table with every input of ``cat`` merged into its output's storage, and the slices
+    of the values moved, when all of them can be made in place (``last``: each storage's last
+    read in ``table``); else None."""
     prefix = graph.prefix
     out = specs.spec_of(prefix + cat.name)
-    into = merged.of(prefix + cat.name)
+    into = storage_of_value(table, prefix + cat.name)
     placed = _slices(cat, specs, prefix)
-    if placed is None or into is None or merged.alias.storages[into].kind != "activation" \
-            or merged.alias.storages[into].graph != prefix:
-        return {}
-    last = last_reads([graph.nodes[name] for name in graph.order], merged.table(), prefix)
+    if placed is None or into is None or table.storages[into].kind != "activation" \
+            or table.storages[into].graph != prefix:
+        return None
     inputs = [arg for arg, _ in placed]
-    storages = [merged.of(prefix + arg.name) for arg in inputs]
+    storages = [storage_of_value(table, prefix + arg.name) for arg in inputs]
     for arg, storage in zip(inputs, storages, strict=True):
         spec = specs.spec_of(prefix + arg.name)
-        kept = merged.alias.storages.get(storage) if storage is not None else None
+        kept = table.storages.get(storage) if storage is not None else None
         if kept is None or storage == into or kept.kind != "activation" \
                 or kept.graph != prefix or last.get(storage) != step \
                 or storages.count(storage) != 1 \
                 or not same_layout(spec.shape, spec.dim_order, out.dim_order) \
-                or not _writes_like(merged.values[storage], graph.nodes, specs, spec):
-            return {}
+                or not _writes_like(kept.values, graph.nodes, specs, spec):
+            return None
     for (arg, where), storage in zip(placed, storages, strict=True):
         if not _dense(specs.spec_of(prefix + arg.name), where) \
-                and not _strided_ok(merged.values[storage], graph.nodes):
-            return {}
-    slices = {}
+                and not _strided_ok(table.storages[storage].values, graph.nodes):
+            return None
+    merged, slices = MergedStorages(table), {}
     for (_, where), storage in zip(placed, storages, strict=True):
-        slices.update({v: where for v in merged.values[storage]
+        slices.update({v: where for v in table.storages[storage].values
                        if not _is_view(v, graph.nodes)})
         merged.merge(into, storage)
-    return slices
+    return merged.table(slices), slices
 
 
 def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
@@ -201,13 +201,18 @@ def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTabl
     """
     table = alias
     for graph in _graphs(program, order):
-        for step, name in enumerate(graph.order):
-            node = graph.nodes[name]
+        nodes = [graph.nodes[name] for name in graph.order]
+        last, bound = last_reads(nodes, table, graph.prefix), None
+        for step, node in enumerate(nodes):
             if node.target not in PLACING_OPS:
                 continue
-            trial = MergedStorages(table)
-            slices = _place(trial, node, step, specs, graph)
-            if slices and _bound(program, trial.table(slices), order, graph.prefix) \
-                    <= _bound(program, table, order, graph.prefix):
-                table = trial.table(slices)
+            found = _place(table, node, step, specs, graph, last)
+            if not found or not found[1]:
+                continue
+            if bound is None:
+                bound = _bound(program, table, order, graph.prefix)
+            placed = _bound(program, found[0], order, graph.prefix)
+            if placed <= bound:
+                table, bound = found[0], placed
+                last = last_reads(nodes, table, graph.prefix)
     return table

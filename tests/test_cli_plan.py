@@ -137,7 +137,7 @@ def test_factory_targets(factories, capsys):
     ("zoo:nope", "zoo: no built-in model 'nope'; choose one of "),
     ("missing.pt2", "target 'missing.pt2': no such file"),
     ("just-a-word", "target 'just-a-word': expected zoo:NAME, package.module:factory, "
-                    "or the path of a .pt2 file"),
+                    "path/to/file.py:factory, or the path of a .pt2 file"),
     ("no_such_module_xyz:make", "target 'no_such_module_xyz:make': cannot import "
                                 "'no_such_module_xyz'"),
     ("my_models:absent", "target 'my_models:absent': module 'my_models' has no callable "
@@ -196,10 +196,11 @@ def test_unknown_timeline_format_is_one_line_error(tmp_path, capsys):
 
 
 def test_chunks_flag_prints_the_counts_tried_and_what_stays_whole(capsys):
-    """``tiny_gpt`` is dynamic: the rewrite declines and says why; ``zoo:hf_gpt2`` at 4 chunks
-    plans below the program as exported (the counts table marks it kept)."""
+    """``tiny_gpt``'s seq is a plain dynamic dim: the rewrite declines and says why;
+    ``zoo:hf_gpt2`` at 4 chunks plans below the program as exported (the counts table marks
+    it kept)."""
     assert main(["plan", "zoo:tiny_gpt", "--chunks", "4"]) == 0
-    assert "dynamic dims" in capsys.readouterr().out
+    assert "a multiple of no chunk count" in capsys.readouterr().out
     assert main(["plan", "zoo:hf_gpt2", "--chunks", "4"]) == 0
     out = capsys.readouterr().out
     kept = next(line for line in out.splitlines() if line.strip("│ ").startswith("4 "))

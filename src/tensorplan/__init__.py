@@ -23,6 +23,9 @@ from tensorplan.errors import (
     UnboundedShapeError,
     UnsupportedOpError,
 )
+from tensorplan.frontend.torchvision_import import install as _install_torchvision_hook
+
+_install_torchvision_hook()  # a user's `import timm` works beside the CPU torch
 
 if TYPE_CHECKING:
     from tensorplan.banks.choice import Bank

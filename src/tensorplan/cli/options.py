@@ -22,7 +22,7 @@ from tensorplan.errors import InputError, TensorPlanError
 if TYPE_CHECKING:
     from tensorplan.banks.choice import Bank
 
-FORMS = "zoo:NAME, package.module:factory, or the path of a .pt2 file"
+FORMS = "zoo:NAME, package.module:factory, path/to/file.py:factory, or the path of a .pt2 file"
 WIDE = 160  # console width when stdout is not a terminal (files, pipes, tests)
 BANK_COST_STEP = 10.0  # a bank given without @COST costs this much more than the one before
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass
@@ -146,10 +147,24 @@ def _from_factory(module_name: str, attribute: str) -> zoo.Example:
 
 
 def _import(module_name: str, target: str) -> Any:
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """The module a factory target names: a dotted module on the path (the working directory
+    first), or a ``.py`` file (its directory put first on the path, so it imports its
+    neighbours)."""
+    is_file = module_name.endswith(".py") or os.sep in module_name or "/" in module_name
+    if is_file and not os.path.isfile(module_name):
+        raise InputError(f"target {target!r}: no such file {module_name!r}; expected {FORMS}")
+    where = os.path.dirname(os.path.abspath(module_name)) if is_file else os.getcwd()
+    if where not in sys.path:
+        sys.path.insert(0, where)
     try:
-        return importlib.import_module(module_name)
+        if not is_file:
+            return importlib.import_module(module_name)
+        name = os.path.splitext(os.path.basename(module_name))[0]
+        spec = importlib.util.spec_from_file_location(name, module_name)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses and pickling look the module up by name
+        spec.loader.exec_module(module)
+        return module
     except Exception as error:  # ImportError, or whatever the module raises while it loads
         raise InputError(f"target {target!r}: cannot import {module_name!r} "
                          f"({type(error).__name__}: {error}); expected {FORMS}") from error

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import sys
 from collections.abc import Callable
-from types import ModuleType
 
 import torch
 
+from tensorplan.frontend.torchvision_import import import_torchvision
 from tensorplan.zoo.base import Example
 
 CLASSES = 10                   # logits of every model
@@ -30,44 +29,6 @@ CLIP = (1, 3, 4, 32, 32)       # batch, channels, frames, height, width of the v
 IMAGE = (1, 3, 64, 64)         # the image of the timm models
 VIDEO_MODELS = ("r3d_18", "r2plus1d_18")
 TIMM_MODELS = ("dla46_c", "cs3darknet_s", "dpn48b", "selecsls42", "hrnet_w18_small", "mixnet_s")
-
-# The schemas a CPU torch lacks when torchvision's C extension cannot load (below), kept alive
-# with the library that defines them.
-_MISSING_OPS = ("nms", "qnms")
-_stand_ins: list[torch.library.Library] = []
-
-
-def import_torchvision() -> ModuleType:
-    """``torchvision``, imported so that its pure-Python models work beside a CPU-only torch.
-
-    PyPI's ``torchvision==0.28.0`` is built against the CUDA torch; beside the CPU torch its C
-    extension does not load, and ``torchvision/_meta_registrations.py`` then fails registering
-    fake kernels for ``torchvision::nms`` and ``torchvision::qnms`` (the only ones it registers
-    without checking that the extension loaded): ``RuntimeError: operator torchvision::nms does
-    not exist``. Only then are those two schemas defined (no kernel: calling them still fails)
-    and the half-imported modules dropped before importing again. The models never call them.
-    """
-    try:
-        import torchvision
-    except RuntimeError as error:
-        if "torchvision::nms" not in str(error):
-            raise
-        _define_missing_ops()
-        for module in [m for m in sys.modules if m.partition(".")[0] == "torchvision"]:
-            del sys.modules[module]
-        import torchvision
-    return torchvision
-
-
-def _define_missing_ops() -> None:
-    """Define the schemas of ``_MISSING_OPS`` in the ``torchvision`` namespace, once."""
-    if _stand_ins:
-        return
-    library = torch.library.Library("torchvision", "DEF")
-    for op in _MISSING_OPS:
-        library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _stand_ins.append(library)
-
 
 def video_model(name: str, channels_last: bool) -> Example:
     """The ``torchvision.models.video`` net ``name`` on a ``CLIP``, optionally channels_last_3d."""

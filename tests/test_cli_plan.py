@@ -135,6 +135,7 @@ def test_factory_targets(factories, capsys):
 
 @pytest.mark.parametrize(("target", "message"), [
     ("zoo:nope", "zoo: no built-in model 'nope'; choose one of "),
+    ("zoo:tiny-gpt", "zoo: no built-in model 'tiny-gpt'; did you mean tiny_gpt? choose one of "),
     ("missing.pt2", "target 'missing.pt2': no such file"),
     ("just-a-word", "target 'just-a-word': expected zoo:NAME, package.module:factory, "
                     "path/to/file.py:factory, or the path of a .pt2 file"),

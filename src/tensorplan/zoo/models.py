@@ -7,6 +7,7 @@ and a module whose buffer is updated in place.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from collections.abc import Callable
 
@@ -162,9 +163,13 @@ def names() -> list[str]:
 
 
 def example(name: str, seed: int = 0) -> Example:
-    """Build the built-in model ``name`` with weights and inputs drawn from ``seed``."""
+    """Build the built-in model ``name`` with weights and inputs drawn from ``seed``. Raises
+    ``InputError`` for an unknown name, with the closest names first ("did you mean")."""
     factories = _factories()
     if name not in factories:
-        raise InputError(f"zoo: no built-in model {name!r}; choose one of {', '.join(names())}")
+        close = difflib.get_close_matches(name.replace("-", "_"), names(), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise InputError(f"zoo: no built-in model {name!r}; {hint}choose one of "
+                         f"{', '.join(names())}")
     torch.manual_seed(seed)
     return factories[name]()

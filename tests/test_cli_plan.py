@@ -215,3 +215,17 @@ def test_chunks_flag_refuses_what_is_not_auto_or_a_count(capsys, bad):
         main(["plan", "zoo:mlp", "--chunks", bad])
     assert error.value.code == 2
     assert "expected auto or a positive number of chunks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "data", "said"), [
+    ("plan.json", b'{"arena_bytes": 1}', "is not a torch.export program but a JSON file"),
+    ("model.pte", b"<\x00\x00\x00ET12eh00" + bytes(64),
+     "is not a torch.export program but an ExecuTorch program (.pte)"),
+])
+def test_a_json_or_pte_given_to_plan_is_named_for_what_it_is(tmp_path, capsys, name, data,
+                                                             said):
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "re-save" not in err

@@ -10,7 +10,7 @@ import torch
 from torch.export import ExportedProgram
 
 from tensorplan.errors import CaptureError, FormatError
-from tensorplan.frontend.pt2 import load_exported
+from tensorplan.frontend.pt2 import load_exported, other_format
 
 # Exception class names of torch.export failures, and what the user can do about each.
 _HINTS: tuple[tuple[str, str], ...] = (
@@ -72,6 +72,10 @@ def _load(path: str | os.PathLike[str]) -> ExportedProgram:
                            "with torch.export.save, or a module with example inputs")
     with open(path, "rb") as file:
         data = file.read()
+    other = other_format(data)
+    if other is not None:
+        raise CaptureError(f"capture: {os.fspath(path)!r} is not a torch.export program but "
+                           f"{other}")
     try:
         return load_exported(data, os.fspath(path))
     except FormatError as error:

@@ -38,6 +38,21 @@ def load_exported(data: bytes, where: str) -> ExportedProgram:
                           f"({type(error).__name__}: {error})") from error
 
 
+def other_format(data: bytes) -> str | None:
+    """What a file that is no zip archive is, and what to give instead, when it is one
+    tensorplan knows of (an ExecuTorch ``.pte``, JSON); None otherwise."""
+    if zipfile.is_zipfile(io.BytesIO(data)):
+        return None
+    if data[4:6] == b"ET":
+        return ("an ExecuTorch program (.pte): it runs in ExecuTorch's runtime; give plan the "
+                "model or the .pt2 it was lowered from")
+    head = data[:64].lstrip()
+    if head[:1] in (b"{", b"["):
+        return ("a JSON file (a plan written by --json?): give plan a model, a .pt2, or a "
+                "program saved with --save")
+    return None
+
+
 def refuse_pickles(data: bytes, where: str) -> None:
     """Raise ``FormatError`` if ``torch.export.load`` would unpickle anything but tensors."""
     try:

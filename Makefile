@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick bench lint clean
+.PHONY: demo test test-quick bench lint clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,10 +20,14 @@ $(STAMP): $(PY) pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/tensorplan plan zoo:tiny_gpt --specs
 
-test: $(STAMP)
+# The browser tests need Chromium and its driver: installed here where the machine allows it.
+browser:
+	tools/browser
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q -n 2 --doctest-modules src tests
 
-test-quick: $(STAMP)
+test-quick: $(STAMP) browser
 	$(PY) -m pytest -q -n 2 -m "not slow" --doctest-modules src tests
 
 bench: $(STAMP)

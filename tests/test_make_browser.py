@@ -1,4 +1,4 @@
-"""`make test` on a machine without a browser: tools/browser installs Chromium or names the command."""
+"""`make test` without a browser: tools/browser installs Chromium or names the command to run."""
 
 import shutil
 import subprocess
@@ -8,7 +8,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "browser"
 
 
 def _path_with(tmp_path: Path, fakes: dict[str, str]) -> str:
-    """A PATH holding bash and coreutils' few tools, plus the given fake commands (name -> script)."""
+    """A PATH holding bash and env, plus the given fake commands (name -> script body)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("bash", "env"):

@@ -83,3 +83,23 @@ def test_factory_and_capture_failures_are_one_line_errors(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("tensorplan run")]
     assert len(lines) == 1 and re.search(message, lines[0])
+
+
+def test_run_says_its_threads_and_counts_fallbacks_per_run(capsys):
+    """tiny_gpt's five layer norms run functionally once each per run, whatever the run count."""
+    assert main(["run", "zoo:tiny_gpt", "--runs", "3", "--threads", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "medians of 3 runs on 1 thread;" in out
+    assert "aten.native_layer_norm.default x5 " in out + " "
+    assert torch.get_num_threads() == 1
+
+
+def test_bench_says_its_threads(capsys):
+    assert main(["bench", "zoo:mlp", "--runs", "2", "--algorithms", "greedy"]) == 0
+    assert "medians of 2 runs on 1 thread" in capsys.readouterr().out
+
+
+def test_a_thread_count_must_be_positive(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "zoo:mlp", "--threads", "0"])
+    assert "--threads" in capsys.readouterr().err

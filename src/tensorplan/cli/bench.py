@@ -32,6 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="timed runs per model plan")
     parser.add_argument("--time-limit", type=float, default=None, metavar="S",
                         help="seconds per optimal search")
+    options.add_threads(parser)
     parser.add_argument("--json", metavar="F", help="write the rows as JSON")
     parser.set_defaults(run=run)
 
@@ -40,12 +41,14 @@ def run(args: argparse.Namespace) -> int:
     """Bench every target; exit 1 if a model's run does not match eager PyTorch."""
     from tensorplan.cli.measure import bench_target, check_algorithms
 
+    threads = options.set_threads(args.threads)
     algorithms = [name.strip() for name in args.algorithms.split(",") if name.strip()]
     check_algorithms(algorithms)
     rows = []
     for target in args.targets:
         rows += bench_target(target, algorithms, args.runs, args.time_limit)
-    options.console().print(_table(rows))
+    options.console().print(_table(rows, f"run ms and eager ms: medians of {args.runs} runs "
+                                         f"on {threads}"))
     if args.json:
         records = [dataclasses.asdict(row) | {"gap": row.gap} for row in rows]
         try:
@@ -56,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(row.matches is False for row in rows) else 0
 
 
-def _table(rows: list[BenchRow]) -> Table:
-    table = Table(title="tensorplan bench")
+def _table(rows: list[BenchRow], caption: str) -> Table:
+    table = Table(title="tensorplan bench", caption=caption)
     for name in _COLUMNS:
         table.add_column(name, justify="left" if name in ("target", "algorithm") else "right")
     for row in rows:

@@ -3,7 +3,8 @@ exit codes.
 
 Every error tensorplan raises on purpose is printed as one line on stderr with exit code 2;
 an ``InternalError`` (a bug in tensorplan) as one line and the node it failed at, exit code 3
-(with ``TENSORPLAN_DEBUG=1``, the full traceback first).
+(with ``TENSORPLAN_DEBUG=1``, the full traceback first, and the third-party warnings that are
+otherwise dropped).
 What a user sees first is ``DESCRIPTION`` and ``EXAMPLES`` (``tensorplan --help``). Building the
 parser imports no torch: a command imports what it needs when it runs, and only ``--help``
 loads the zoo to list its models.
@@ -12,11 +13,14 @@ loads the zoo to list its models.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
 import textwrap
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 
 from tensorplan.cli import bench, diff, dsa, plan, pte, run
 from tensorplan.errors import InternalError, TensorPlanError
@@ -75,12 +79,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def third_party_noise_filtered() -> Iterator[None]:
+    """Within: the warnings and log records below ERROR that torch and the model packages print
+    (deprecations, optional native libraries that do not load) are dropped; with
+    ``TENSORPLAN_DEBUG=1`` they are shown. What the command prints is its own."""
+    if os.environ.get("TENSORPLAN_DEBUG") == "1":
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (2 on a tensorplan error, no traceback;
     3 on an internal error)."""
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        with third_party_noise_filtered():
+            return args.run(args)
     except InternalError as error:
         if os.environ.get("TENSORPLAN_DEBUG") == "1":
             traceback.print_exception(error)

@@ -9,7 +9,6 @@ when the eager model is known, compared with it and timed next to it.
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -86,25 +85,23 @@ def _bench_instance(path: str, algorithm: str, time_limit: float | None) -> Benc
 def _bench_model(
     target: str, algorithms: Sequence[str], runs: int, time_limit: float | None
 ) -> list[BenchRow]:
-    with warnings.catch_warnings():  # torch's own deprecation notices are not the user's
-        warnings.simplefilter("ignore", FutureWarning)
-        example = load_example(target)
-        if example is None:
-            program = load_exported(target)
-            if program.example_inputs is None:
-                raise InputError(f"bench: {target} holds no example inputs to run it on")
-            args, kwargs = program.example_inputs
-        else:
-            args, kwargs = example.args, example.kwargs
-            program = capture(example.model, args, kwargs, dynamic_shapes=example.dynamic_shapes)
-        eager = None if example is None else (lambda: example.model(*args, **kwargs))
-        rows = []
-        for algorithm in algorithms:
-            started = time.perf_counter()
-            compiled = compile(program, algorithm=algorithm, time_limit=time_limit)
-            seconds = time.perf_counter() - started
-            result = compare(lambda p=compiled: p.run(*args, **kwargs), eager, runs)
-            rows.append(_model_row(target, algorithm, compiled, seconds, result))
+    example = load_example(target)
+    if example is None:
+        program = load_exported(target)
+        if program.example_inputs is None:
+            raise InputError(f"bench: {target} holds no example inputs to run it on")
+        args, kwargs = program.example_inputs
+    else:
+        args, kwargs = example.args, example.kwargs
+        program = capture(example.model, args, kwargs, dynamic_shapes=example.dynamic_shapes)
+    eager = None if example is None else (lambda: example.model(*args, **kwargs))
+    rows = []
+    for algorithm in algorithms:
+        started = time.perf_counter()
+        compiled = compile(program, algorithm=algorithm, time_limit=time_limit)
+        seconds = time.perf_counter() - started
+        result = compare(lambda p=compiled: p.run(*args, **kwargs), eager, runs)
+        rows.append(_model_row(target, algorithm, compiled, seconds, result))
     return rows
 
 

@@ -105,6 +105,21 @@ def chunks(text: str) -> str | int:
     return int(text)
 
 
+def add_threads(parser: argparse.ArgumentParser) -> None:
+    """``--threads N``: the intra-op threads torch runs with while timing (default 1)."""
+    parser.add_argument("--threads", type=positive_int, default=1, metavar="N",
+                        help="threads torch runs the timed runs with (default 1: the figures "
+                             "do not depend on what else the machine runs)")
+
+
+def set_threads(count: int) -> str:
+    """Make torch run its kernels on ``count`` threads; returns the words that say so."""
+    import torch
+
+    torch.set_num_threads(count)
+    return f"{count} thread" + ("s" if count > 1 else "")
+
+
 def target_command(commands: argparse._SubParsersAction, name: str,
                    summary: str) -> argparse.ArgumentParser:
     """A subcommand that takes one TARGET (zoo:NAME, module:factory or a file)."""

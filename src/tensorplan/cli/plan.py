@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
 from typing import TYPE_CHECKING
 
 from tensorplan.cli import options
@@ -52,9 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.cli.targets import compile_options, load_target
     from tensorplan.internal import stage
 
-    with warnings.catch_warnings():  # torch's own deprecation notices are not the user's
-        warnings.simplefilter("ignore", FutureWarning)
-        program = load_target(args.target, compile_options(args))
+    program = load_target(args.target, compile_options(args))
     with stage("report", program.exported_program):
         _report(program, args)
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import warnings
 from typing import Any
 
 from tensorplan.cli import options
@@ -34,14 +33,12 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.integrations.executorch import executorch_arena_bytes, lower
     from tensorplan.report.pte import pte_tables
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        exported = _exported(args.target)
-        banks = options.banks(args.bank)
-        shipped = lower(exported, reuse=args.reuse, reorder=args.reorder, fold=args.fold,
-                        algorithm=args.algorithm, banks=banks, pin=dict(args.pin) or None,
-                        moves=args.moves)
-        greedy = executorch_arena_bytes(exported)
+    exported = _exported(args.target)
+    banks = options.banks(args.bank)
+    shipped = lower(exported, reuse=args.reuse, reorder=args.reorder, fold=args.fold,
+                    algorithm=args.algorithm, banks=banks, pin=dict(args.pin) or None,
+                    moves=args.moves)
+    greedy = executorch_arena_bytes(exported)
     options.write(args.output, "program",
                   lambda path: options.write_bytes(path, shipped.manager.buffer))
     options.console().print(pte_tables(target_name(args.target), shipped, greedy))

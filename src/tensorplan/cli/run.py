@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import warnings
 from typing import TYPE_CHECKING
 
 from tensorplan.cli import options
@@ -20,6 +19,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                     "run a model out of its arena, compare with eager")
     parser.add_argument("--runs", type=options.positive_int, default=20, metavar="N",
                         help="timed runs of each (default 20; the median is shown)")
+    options.add_threads(parser)
     parser.add_argument("--explain", action="store_true",
                         help="first print how every node runs (lowering table)")
     parser.set_defaults(run=run)
@@ -33,19 +33,21 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.report.compare import compare
     from tensorplan.runtime.lower import explain
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        example = load_example(args.target)
-        program = load_target(args.target, example=example)
+    threads = options.set_threads(args.threads)
+    example = load_example(args.target)
+    program = load_target(args.target, example=example)
     if args.explain:
         print(explain(program.lowering()))
     inputs, kwargs = _inputs(program, example)
     eager = None if example is None else (lambda: example.model(*inputs, **kwargs))
     result = compare(lambda: program.run(*inputs, **kwargs), eager, args.runs)
     table = Table(
-        title=f"{target_name(args.target)}: run out of a {program.plan.arena_bytes:,} B arena"
+        title=f"{target_name(args.target)}: run out of a {program.plan.arena_bytes:,} B arena",
+        caption=f"medians of {args.runs} runs on {threads}; fallbacks: ops run functionally "
+                "and copied into their planned storage, per run",
     )
-    for name in ("outputs", "max |error|", "matches eager", "run ms", "eager ms", "fallbacks"):
+    for name in ("outputs", "max |error|", "matches eager", "run ms", "eager ms",
+                 "fallbacks per run"):
         table.add_column(name)
     table.add_row(
         ", ".join(result.outputs),
@@ -53,10 +55,15 @@ def run(args: argparse.Namespace) -> int:
         {None: "-", True: "yes", False: "NO"}[result.matches],
         f"{result.run_ms:.3f}",
         "-" if result.eager_ms is None else f"{result.eager_ms:.3f}",
-        ", ".join(f"{op} x{n}" for op, n in program.stats.items()) or "none",
+        _per_run(program.stats, program.default_runner.stats.runs),
     )
     options.console().print(table)
     return 1 if result.matches is False else 0
+
+
+def _per_run(fallbacks: dict[str, int], runs: int) -> str:
+    """``op xN`` for each op, N its functional runs in one run of the program."""
+    return ", ".join(f"{op} x{count / runs:g}" for op, count in fallbacks.items()) or "none"
 
 
 def _inputs(program: Program, example: zoo.Example | None) -> tuple[tuple, dict]:

@@ -34,7 +34,7 @@ def flatten_inputs(in_spec: pytree.TreeSpec, args: tuple, kwargs: Mapping[str, A
 def _outline(spec: pytree.TreeSpec) -> str:
     """One line for a call's (args, kwargs) spec: how many positional arguments, which keywords,
     how many leaves."""
-    args, kwargs = spec.children_specs if spec.num_children == 2 else (spec, None)
+    args, kwargs = spec.children() if spec.num_children == 2 else (spec, None)
     keywords = ", ".join(map(str, kwargs.context)) if kwargs is not None and kwargs.context else ""
     return (f"{args.num_children} positional argument(s)"
             + (f", keywords {keywords}" if keywords else "") + f" ({spec.num_leaves} leaves)")

@@ -21,7 +21,6 @@ makes it importable beside the CPU torch (``vision.import_torchvision``).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -123,15 +122,3 @@ def yolov8n() -> Example:
     with torch.no_grad():
         model(x)
     return Example(model, (x,))
-
-
-def client_examples() -> dict[str, Callable[[], Example]]:
-    """Factories of the models whose package is installed, by name."""
-    factories: dict[str, Callable[[], Example]] = {}
-    if importlib.util.find_spec("diffusers") is not None:
-        factories.update(diffusers_unet=diffusers_unet,
-                         diffusers_vae_decoder=diffusers_vae_decoder,
-                         diffusers_sd3=diffusers_sd3)
-    if importlib.util.find_spec("ultralytics") is not None:
-        factories["yolov8n"] = yolov8n
-    return factories

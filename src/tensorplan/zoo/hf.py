@@ -495,33 +495,3 @@ def smollm2_static_cache(layers: int = 30, cache_len: int = 1024, *, hidden: int
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static")
     module = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=cache_len)
     return Example(StaticCacheStep(module).eval(), (torch.tensor([[1]]), torch.tensor([0])))
-
-
-def hf_examples() -> dict[str, Callable[[], Example]]:
-    """Factories of the ``transformers`` models by name; calling one imports ``transformers``."""
-    factories = {
-        "hf_gpt2": hf_gpt2,
-        "hf_gpt2_dynamic": hf_gpt2_dynamic,
-        "hf_bert": hf_bert,
-        "hf_bert_dynamic": hf_bert_dynamic,
-        "hf_vit": hf_vit,
-        "hf_mobilenet_v2": hf_mobilenet_v2,
-        "hf_llama": hf_llama,
-        "hf_t5_encoder": hf_t5_encoder,
-        "hf_distilbert": hf_distilbert,
-        "hf_deit": hf_deit,
-        "hf_convnext": hf_convnext,
-        "hf_mobilevit": hf_mobilevit,
-        "hf_resnet": hf_resnet,
-        "hf_swin": hf_swin,
-        "hf_bart": hf_bart,
-        "hf_t5": hf_t5,
-        "hf_olmoe": hf_olmoe,
-        "hf_qwen2_moe": hf_qwen2_moe,
-        "hf_wav2vec2": hf_wav2vec2,
-        "hf_whisper_decoder": hf_whisper_decoder,
-        "hf_qwen3_prefill": hf_qwen3_prefill,
-        "hf_llama_static_cache": hf_llama_static_cache,
-        "hf_bert_batch_dynamic": hf_bert_batch_dynamic,
-    }
-    return {name: _torchvision_ready(factory) for name, factory in factories.items()}

@@ -8,17 +8,17 @@ and a module whose buffer is updated in place.
 from __future__ import annotations
 
 import difflib
-import importlib.util
-from collections.abc import Callable
+import importlib
 
 import torch
 from torch import nn
 from torch.export import Dim
 
 from tensorplan.errors import InputError
+from tensorplan.zoo import catalog
 from tensorplan.zoo.base import Example
 
-__all__ = ["Example", "example", "names"]
+__all__ = ["Example", "example"]
 
 
 class MLP(nn.Module):
@@ -127,49 +127,16 @@ def _kv_cache() -> Example:
     return Example(KVCache().eval(), (torch.randn(1, 32), torch.tensor([0])))
 
 
-_FACTORIES: dict[str, Callable[[], Example]] = {
-    "mlp": _mlp,
-    "convnet": _convnet,
-    "tiny_gpt": _tiny_gpt,
-    "kv_cache": _kv_cache,
-}
-
-
-def _factories() -> dict[str, Callable[[], Example]]:
-    """The built-in factories, plus the ``hf_*`` models when ``transformers`` is installed and
-    the ``tv_*`` / ``timm_*`` ones when ``torchvision`` (and ``timm``) are, and the
-    ``diffusers_*`` / ``yolov8n`` ones when ``diffusers`` / ``ultralytics`` are.
-
-    Those packages themselves are only imported when one of their models is built.
-    """
-    factories = dict(_FACTORIES)
-    if importlib.util.find_spec("transformers") is not None:
-        from tensorplan.zoo.hf import hf_examples
-
-        factories.update(hf_examples())
-    if importlib.util.find_spec("torchvision") is not None:
-        from tensorplan.zoo.vision import vision_examples
-
-        factories.update(vision_examples())
-    from tensorplan.zoo.clients import client_examples
-
-    factories.update(client_examples())
-    return factories
-
-
-def names() -> list[str]:
-    """Names of the built-in models."""
-    return sorted(_factories())
-
-
 def example(name: str, seed: int = 0) -> Example:
     """Build the built-in model ``name`` with weights and inputs drawn from ``seed``. Raises
     ``InputError`` for an unknown name, with the closest names first ("did you mean")."""
-    factories = _factories()
-    if name not in factories:
-        close = difflib.get_close_matches(name.replace("-", "_"), names(), n=3, cutoff=0.6)
+    entries = catalog.installed()
+    if name not in entries:
+        close = difflib.get_close_matches(name.replace("-", "_"), sorted(entries), n=3,
+                                          cutoff=0.6)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise InputError(f"zoo: no built-in model {name!r}; {hint}choose one of "
-                         f"{', '.join(names())}")
+                         f"{', '.join(sorted(entries))}")
+    entry = entries[name]
     torch.manual_seed(seed)
-    return factories[name]()
+    return getattr(importlib.import_module(entry.module), entry.function)(*entry.args)

@@ -15,10 +15,6 @@ inputs and return 10 logits.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-from collections.abc import Callable
-
 import torch
 
 from tensorplan.frontend.torchvision_import import import_torchvision
@@ -27,8 +23,6 @@ from tensorplan.zoo.base import Example
 CLASSES = 10                   # logits of every model
 CLIP = (1, 3, 4, 32, 32)       # batch, channels, frames, height, width of the video nets
 IMAGE = (1, 3, 64, 64)         # the image of the timm models
-VIDEO_MODELS = ("r3d_18", "r2plus1d_18")
-TIMM_MODELS = ("dla46_c", "cs3darknet_s", "dpn48b", "selecsls42", "hrnet_w18_small", "mixnet_s")
 
 def video_model(name: str, channels_last: bool) -> Example:
     """The ``torchvision.models.video`` net ``name`` on a ``CLIP``, optionally channels_last_3d."""
@@ -46,18 +40,3 @@ def timm_model(name: str) -> Example:
 
     model = timm.create_model(name, pretrained=False, num_classes=CLASSES)
     return Example(model.eval(), (torch.randn(IMAGE),))
-
-
-def vision_examples() -> dict[str, Callable[[], Example]]:
-    """Factories by name: the video nets, and the ``timm`` models when ``timm`` is installed.
-
-    Calling one imports ``torchvision`` (and ``timm``); listing them imports neither.
-    """
-    factories: dict[str, Callable[[], Example]] = {}
-    for name in VIDEO_MODELS:
-        factories[f"tv_{name}"] = functools.partial(video_model, name, False)
-        factories[f"tv_{name}_channels_last"] = functools.partial(video_model, name, True)
-    if importlib.util.find_spec("timm") is not None:
-        factories.update({f"timm_{name}": functools.partial(timm_model, name)
-                          for name in TIMM_MODELS})
-    return factories

@@ -35,6 +35,11 @@ class FormatError(TensorPlanError):
     """A file is not a valid tensorplan artifact or benchmark instance."""
 
 
+class ShipError(TensorPlanError):
+    """A shipped program (a ``.pte``) that its runtime refuses to load or run, or whose outputs
+    differ from eager PyTorch: the message carries the runtime's own error."""
+
+
 class InternalError(TensorPlanError):
     """A bug in tensorplan, not in the model or its inputs: a stage failed in a way it did not
     mean to. ``__cause__`` is the original exception; ``summary`` (one line) names the stage,

@@ -23,6 +23,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--algorithm", default="auto", choices=sorted(PLANNERS),
                         help="planner (default auto)")
     options.add_switches(parser, _SWITCHES, "lower")
+    parser.add_argument("--check", action="store_true",
+                        help="load the .pte in ExecuTorch's runtime, run the example inputs and "
+                             "compare with eager (exit 1 if it differs, 2 if the runtime "
+                             "refuses it)")
     options.add_bank_options(parser)
     parser.set_defaults(run=run)
 
@@ -33,11 +37,11 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.integrations.executorch import executorch_arena_bytes, lower
     from tensorplan.report.pte import pte_tables
 
-    exported = _exported(args.target)
+    exported, eager = _exported(args.target)
     banks = options.banks(args.bank)
     shipped = lower(exported, reuse=args.reuse, reorder=args.reorder, fold=args.fold,
                     algorithm=args.algorithm, banks=banks, pin=dict(args.pin) or None,
-                    moves=args.moves)
+                    moves=args.moves, check=args.check, eager=eager)
     greedy = executorch_arena_bytes(exported)
     options.write(args.output, "program",
                   lambda path: options.write_bytes(path, shipped.manager.buffer))
@@ -50,16 +54,24 @@ def run(args: argparse.Namespace) -> int:
         if banks:
             print(f"{method}: traffic cost {plan.traffic_cost:,.0f} (proven bound "
                   f"{plan.traffic_cost_bound:,.0f}); copies between banks: {plan.bank_copies}")
-    return 0
+    if shipped.check is None:
+        return 0
+    check = shipped.check
+    verdict = "equal to eager" if check.matches else "NOT equal to eager"
+    print(f"check: ExecuTorch's runtime ran {check.method} on the example inputs: "
+          f"{', '.join(check.outputs)}, {verdict} (max |error| {check.max_abs_error:.3g})")
+    return 0 if check.matches else 1
 
 
-def _exported(target: str) -> Any:
-    """The target's exported program (a model target is captured, a file is read)."""
+def _exported(target: str) -> tuple[Any, Any]:
+    """The target's exported program (a model target is captured, a file is read) and the eager
+    model to check it against (None for a file: its exported module is run instead)."""
     from tensorplan.cli.targets import load_example, load_exported
     from tensorplan.frontend.capture import capture
 
     example = load_example(target)
     if example is None:
-        return load_exported(target)
-    return capture(example.model, example.args, example.kwargs,
-                   dynamic_shapes=example.dynamic_shapes)
+        return load_exported(target), None
+    exported = capture(example.model, example.args, example.kwargs,
+                       dynamic_shapes=example.dynamic_shapes)
+    return exported, example.model

@@ -34,7 +34,9 @@ def median_ms(call: Callable[[], Any], runs: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def _agreement(got: Any, expected: Any) -> tuple[float, bool]:
+def agreement(got: Any, expected: Any) -> tuple[float, bool]:
+    """The largest absolute difference over the tensors of two output structures, and whether
+    they agree at ``torch.testing.assert_close``'s default tolerances."""
     pairs = list(zip(pytree.tree_leaves(got), pytree.tree_leaves(expected), strict=True))
     error = max((float((g.double() - e.double()).abs().max()) for g, e in pairs
                  if isinstance(g, torch.Tensor) and g.numel()), default=0.0)
@@ -53,6 +55,6 @@ def compare(run: Callable[[], Any], eager: Callable[[], Any] | None, runs: int) 
     if eager is None:
         return Comparison(shapes, None, None, median_ms(run, runs), None)
     with torch.no_grad():
-        error, matches = _agreement(got, eager())
+        error, matches = agreement(got, eager())
         eager_ms = median_ms(eager, runs)
     return Comparison(shapes, error, matches, median_ms(run, runs), eager_ms)

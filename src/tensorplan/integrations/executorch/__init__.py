@@ -3,6 +3,8 @@
 - :func:`to_executorch` (``ship.py``): a ``.pte`` with tensorplan's node order, in-place reuse
   over measured kernels (``kernels.py``), concatenation in place (``links.py``), folding and
   planner, run by ExecuTorch's own runtime; :func:`lower` also returns its figures.
+- :func:`run_pte` / :func:`check_pte` (``check.py``): a ``.pte`` run in ExecuTorch's runtime
+  (the program held while its method runs), and compared with eager.
 - :func:`tensorplan_memory_planning` / :func:`tensorplan_algo` (``algo.py``): only tensorplan's
   planner inside ExecuTorch's own ``MemoryPlanningPass``.
 
@@ -11,6 +13,7 @@
 """
 
 from tensorplan.integrations.executorch.algo import tensorplan_algo, tensorplan_memory_planning
+from tensorplan.integrations.executorch.check import PteCheck, check_pte, run_pte
 from tensorplan.integrations.executorch.ship import (
     Shipped,
     executorch_arena_bytes,
@@ -18,5 +21,5 @@ from tensorplan.integrations.executorch.ship import (
     to_executorch,
 )
 
-__all__ = ["Shipped", "executorch_arena_bytes", "lower", "tensorplan_algo",
-           "tensorplan_memory_planning", "to_executorch"]
+__all__ = ["PteCheck", "Shipped", "check_pte", "executorch_arena_bytes", "lower", "run_pte",
+           "tensorplan_algo", "tensorplan_memory_planning", "to_executorch"]

@@ -26,9 +26,10 @@ from typing import Any
 import torch
 
 from tensorplan.banks.choice import Bank
-from tensorplan.errors import TensorPlanError
+from tensorplan.errors import InputError, ShipError, TensorPlanError
 from tensorplan.integrations.executorch.algo import _memory_planning_module
 from tensorplan.integrations.executorch.banks import BankSetup
+from tensorplan.integrations.executorch.check import PteCheck, check_exported
 from tensorplan.integrations.executorch.fold import (
     apply_folds,
     choose_folds,
@@ -60,12 +61,13 @@ class Shipped:
     methods: Mapping[str, Any]  # method name -> planning_pass.GraphPlan
     linears: int  # products of a transposed copy made ``linear`` (rewrite.py)
     identities: int  # copies that changed nothing, dropped (identities.py)
+    check: PteCheck | None = None  # the .pte run in ExecuTorch's runtime vs eager (check=True)
 
 
 def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
                   fold: bool = True, algorithm: str = "auto", banks: Sequence[Bank] | None = None,
                   moves: bool = True,
-                  pin: Mapping[str, str] | None = None) -> Any:
+                  pin: Mapping[str, str] | None = None, check: bool = False) -> Any:
     """An ``ExecutorchProgramManager`` whose memory plan is tensorplan's.
 
     ``program`` is a ``torch.export.ExportedProgram``, a ``tensorplan.Program`` (its exported
@@ -83,19 +85,32 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     buffer name) in a bank; ``moves``: a storage may be copied once to another bank where
     that costs less (a spill or a prefetch, ``moves.py``; on by default, ``False`` keeps
     each storage in one bank for its whole life).
+    ``check``: load the ``.pte`` in ExecuTorch's runtime, run it on the program's example inputs
+    and compare with eager (``check.check_exported``); raises ``ShipError`` when the runtime
+    refuses it or its outputs differ.
     ``.buffer`` of the result is the ``.pte``. Raises ``TensorPlanError`` when executorch is
     not installed.
     """
-    return lower(program, config, reuse=reuse, reorder=reorder, fold=fold,
-                 algorithm=algorithm, banks=banks, pin=pin, moves=moves).manager
+    shipped = lower(program, config, reuse=reuse, reorder=reorder, fold=fold,
+                    algorithm=algorithm, banks=banks, pin=pin, moves=moves, check=check)
+    if shipped.check is not None and not shipped.check.matches:
+        raise ShipError(f"the .pte runs in ExecuTorch's runtime but differs from eager by "
+                        f"{shipped.check.max_abs_error:.3g} (outputs "
+                        f"{', '.join(shipped.check.outputs)}); report it with the model, or ship "
+                        "without the technique that breaks it (reuse=False, reorder=False, "
+                        "fold=False)")
+    return shipped.manager
 
 
 def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
           fold: bool = True, algorithm: str = "auto",
           kernels: Mapping[str, frozenset[str]] | None = None,
           banks: Sequence[Bank] | None = None, pin: Mapping[str, str] | None = None,
-          moves: bool = True) -> Shipped:
+          moves: bool = True, check: bool = False, eager: Any = None) -> Shipped:
     """:func:`to_executorch`, returning the manager with its figures (see :class:`Shipped`).
+    With ``check``, ``Shipped.check`` holds the run in ExecuTorch's runtime against ``eager``
+    (default: the exported program's module) on the program's example inputs; a runtime that
+    refuses the program raises ``ShipError``.
 
     ``kernels`` replaces the measured table of ``kernels.py`` (op key -> the arguments its
     ``out`` may be placed on): for measuring another runtime's kernels, not for shipping.
@@ -140,11 +155,19 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
             del result
     choice, manager, plans, passes = best
     for method in edge.methods:  # ExecuTorch's verifier, on the program kept
-        program = manager.exported_program(method)
+        kept = manager.exported_program(method)
         (passes[method] if isinstance(passes, dict) else passes).verify(
-            program.graph_module, program.graph_signature)
+            kept.graph_module, kept.graph_signature)
+    checked = None
+    if check:
+        exported = getattr(program, "exported_program", program)
+        if not isinstance(exported, torch.export.ExportedProgram):
+            raise InputError("check=True runs the program's example inputs, which an "
+                             "EdgeProgramManager does not keep; call check_pte(pte, inputs, "
+                             "expected) from tensorplan.integrations.executorch.check")
+        checked = check_exported(manager.buffer, exported, eager)
     return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
-                   tuple(tried), plans, linears, identities)
+                   tuple(tried), plans, linears, identities, checked)
 
 
 def _total(choice: FoldChoice) -> tuple[int, int]:

@@ -1,0 +1,127 @@
+"""A ``.pte`` loaded and run in ExecuTorch's own runtime (``portable_lib``) and compared with eager.
+
+:func:`run_pte` is the load-and-run a user needs: ExecuTorch's ``Program`` owns the bytes its
+methods run from, so a method whose program was dropped runs freed memory; here the program is
+held for the whole run, and the outputs are copied out of the planned arena before the next run
+can overwrite them. :func:`check_pte` also compares with the expected outputs and raises
+:class:`~tensorplan.errors.ShipError` with the runtime's own log when it refuses the program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from tensorplan.errors import ShipError, TensorPlanError
+from tensorplan.report.compare import agreement
+
+
+@dataclass(frozen=True)
+class PteCheck:
+    """A ``.pte`` method run in ExecuTorch's runtime against the expected outputs."""
+
+    method: str
+    outputs: tuple[str, ...]   # "dtype[shape]" of each output tensor
+    max_abs_error: float       # largest |ExecuTorch - expected| over the outputs
+    matches: bool              # torch.testing.assert_close at its default tolerances
+
+
+def run_pte(pte: bytes | str | Path, inputs: Sequence[torch.Tensor], *,
+            method: str = "forward") -> list[Any]:
+    """The outputs of ``method`` of the ``.pte`` (its bytes, or a path) run by ExecuTorch's
+    runtime on the flat ``inputs`` (the program's user inputs in order), as tensors that own
+    their memory. Raises :class:`ShipError` with ExecuTorch's log when the runtime refuses the
+    program, the method or the inputs."""
+    data = Path(pte).read_bytes() if isinstance(pte, (str, Path)) else bytes(pte)
+    try:
+        from executorch.runtime import Runtime
+    except ImportError as error:
+        raise TensorPlanError("running a .pte needs ExecuTorch's runtime: "
+                              "pip install tensorplan[executorch]") from error
+    with _runtime_log() as log:
+        try:
+            program = Runtime.get().load_program(data)
+            if method not in program.method_names:
+                raise ShipError(f"the .pte has no method {method!r}; it has "
+                                f"{', '.join(sorted(program.method_names))}")
+            loaded = program.load_method(method)
+            outputs = loaded.execute(list(inputs))
+        except RuntimeError as error:
+            raise ShipError(_refusal(method, inputs, error, log)) from None
+    return [o.clone() if isinstance(o, torch.Tensor) else o for o in outputs]
+
+
+def check_pte(pte: bytes | str | Path, inputs: Sequence[torch.Tensor], expected: Any, *,
+              method: str = "forward") -> PteCheck:
+    """Run the ``.pte`` as :func:`run_pte` does and compare its outputs with ``expected`` (the
+    eager outputs, any structure: its tensors are compared in order). Raises :class:`ShipError`
+    when the runtime refuses it, and returns the comparison otherwise (``matches`` False when
+    the outputs differ)."""
+    got = run_pte(pte, inputs, method=method)
+    want = [leaf for leaf in pytree.tree_leaves(expected) if isinstance(leaf, torch.Tensor)]
+    tensors = [o for o in got if isinstance(o, torch.Tensor)]
+    if len(tensors) != len(want):
+        raise ShipError(f"the .pte's {method} returned {len(tensors)} tensors where eager "
+                        f"returns {len(want)}")
+    error, matches = agreement(tensors, want)
+    shapes = tuple(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in tensors)
+    return PteCheck(method, shapes, error, matches)
+
+
+def _refusal(method: str, inputs: Sequence[torch.Tensor], error: RuntimeError,
+             log: Path) -> str:
+    shapes = ", ".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+                       for t in inputs if isinstance(t, torch.Tensor))
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()
+             if line.strip()]
+    said = "; ".join(lines[-5:]) if lines else "no log"
+    return (f"ExecuTorch's runtime refused the .pte's {method} on inputs ({shapes}): {error} "
+            f"(runtime log: {said}); report it with the model, or ship without the technique "
+            "that broke it (tensorplan pte --no-reuse / --no-reorder / --no-fold)")
+
+
+@contextlib.contextmanager
+def _runtime_log() -> Iterator[Path]:
+    """Within: what the runtime writes to stderr (file descriptor 2 from its C++ code, or
+    Python's ``sys.stderr`` through its bindings) goes to a file, whose path is yielded, and is
+    not printed."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "executorch.log"
+        saved = os.dup(2)
+        try:
+            with path.open("a", buffering=1) as sink, contextlib.redirect_stderr(sink):
+                os.dup2(sink.fileno(), 2)
+                try:
+                    yield path
+                finally:
+                    os.dup2(saved, 2)
+        finally:
+            os.close(saved)
+
+def check_exported(pte: bytes, exported: torch.export.ExportedProgram,
+                   eager: Any = None) -> PteCheck:
+    """:func:`check_pte` on the exported program's example inputs (``torch.export`` keeps
+    them), against ``eager`` (a callable taking those inputs; default: the exported program's
+    module, run as eager PyTorch). Raises ``InputError`` when the program holds no example
+    inputs."""
+    from tensorplan.errors import InputError
+    from tensorplan.runtime.inputs import flatten_inputs
+
+    if exported.example_inputs is None:
+        raise InputError("checking a .pte needs example inputs and this program holds none; "
+                         "export it with its inputs, or call check_pte(pte, inputs, expected)")
+    args, kwargs = exported.example_inputs
+    reference = exported.module() if eager is None else eager
+    with torch.no_grad():
+        expected = reference(*args, **kwargs)
+    inputs = [leaf for leaf in flatten_inputs(exported.call_spec.in_spec, args, kwargs)
+              if isinstance(leaf, torch.Tensor)]
+    return check_pte(pte, inputs, expected)

@@ -1,0 +1,111 @@
+"""A ``.pte`` checked in ExecuTorch's runtime: ``run_pte``, ``check_pte``, ``to_executorch(...,
+check=True)`` and ``tensorplan pte --check``."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytest.importorskip("executorch.runtime")
+
+from tensorplan import ShipError, zoo  # noqa: E402
+from tensorplan.cli import main  # noqa: E402
+from tensorplan.integrations.executorch import check_pte, lower, run_pte, to_executorch  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def linear():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 4)
+    exported = torch.export.export(model, (x,))
+    return model, x, exported, to_executorch(exported).buffer
+
+
+def test_a_pte_runs_and_its_outputs_outlive_the_next_run(linear, tmp_path):
+    model, x, _, pte = linear
+    path = tmp_path / "linear.pte"
+    path.write_bytes(pte)
+    first = run_pte(path, [x])[0]
+    second = run_pte(pte, [2 * x])[0]
+    with torch.no_grad():
+        torch.testing.assert_close(first, model(x))
+        torch.testing.assert_close(second, model(2 * x))
+
+
+def test_check_pte_compares_with_eager(linear):
+    model, x, _, pte = linear
+    with torch.no_grad():
+        good = check_pte(pte, [x], model(x))
+        bad = check_pte(pte, [x], model(x) + 1)
+    assert (good.method, good.outputs, good.matches) == ("forward", ("float32[2, 3]",), True)
+    assert good.max_abs_error < 1e-6
+    assert not bad.matches and bad.max_abs_error == pytest.approx(1.0, abs=1e-6)
+
+
+def test_inputs_the_runtime_refuses_raise_its_own_error(linear):
+    _, _, _, pte = linear
+    with pytest.raises(ShipError) as refused:
+        run_pte(pte, [torch.randn(3, 5)])
+    message = str(refused.value)
+    assert "refused the .pte's forward on inputs (float32[3, 5])" in message
+    assert "Attempted to resize a static tensor" in message  # ExecuTorch's log, captured
+    assert "0x10" in message
+
+
+def test_a_truncated_pte_is_refused_on_load(linear):
+    _, x, _, pte = linear
+    with pytest.raises(ShipError, match="Failed to load program.*File size is too small"):
+        run_pte(pte[:100], [x])
+
+
+def test_a_missing_method_is_named(linear):
+    _, x, _, pte = linear
+    with pytest.raises(ShipError, match="no method 'decode'; it has forward"):
+        run_pte(pte, [x], method="decode")
+
+
+def test_to_executorch_checks_against_the_exported_module(linear):
+    model, x, exported, _ = linear
+    manager = to_executorch(exported, check=True)
+    with torch.no_grad():
+        torch.testing.assert_close(run_pte(manager.buffer, [x])[0], model(x))
+    shipped = lower(exported, check=True, eager=lambda inputs: model(inputs) * 2)
+    assert shipped.check is not None and not shipped.check.matches
+
+
+def test_the_cli_checks_a_zoo_model(tmp_path, capsys):
+    path = tmp_path / "gpt.pte"
+    assert main(["pte", "zoo:tiny_gpt", "-o", str(path), "--check"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "check: ExecuTorch's runtime ran forward on the example inputs: " \
+           "float32[1, 32, 256], equal to eager" in out
+    example = zoo.example("tiny_gpt")
+    with torch.no_grad():
+        torch.testing.assert_close(run_pte(path, list(example.args))[0],
+                                   example.model(*example.args), atol=1e-4, rtol=1e-4)
+
+
+def test_the_cli_check_exits_1_when_the_pte_differs_from_eager(tmp_path, capsys, monkeypatch):
+    """A model whose eager calls differ from its trace (a Python counter is a constant in the
+    exported graph): the .pte equals the trace, not the second eager call."""
+    (tmp_path / "counting.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Counting(torch.nn.Module):
+            calls = 0
+
+            def forward(self, x):
+                Counting.calls += 1
+                return x * Counting.calls
+
+        def make():
+            return Counting(), (torch.ones(3),)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "counting", raising=False)
+    assert main(["pte", "counting:make", "-o", str(tmp_path / "c.pte"), "--check"]) == 1
+    assert "NOT equal to eager" in capsys.readouterr().out

@@ -417,4 +417,4 @@ def _with_storage(entry: Entry, ref: Any) -> Entry:
 def planned_specs(specs: SpecTable, alias: AliasTable) -> SpecTable:
     """The spec table with each spec's ``storage`` set from the alias table."""
     return SpecTable({name: _with_storage(entry, alias.storage_of.get(name))
-                      for name, entry in specs.items()})
+                      for name, entry in specs.items()}, specs.dim_names)

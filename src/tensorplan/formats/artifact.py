@@ -46,7 +46,7 @@ from tensorplan.formats.encoding import (
     parse_json,
     verify_decoded,
 )
-from tensorplan.frontend.pt2 import load_exported
+from tensorplan.frontend.pt2 import load_exported, save_exported
 from tensorplan.frontend.roles import Roles, read_roles
 from tensorplan.plan.plan import MemoryPlan, PlannedStorage
 from tensorplan.schedule.schedule import Schedule, replay
@@ -81,7 +81,7 @@ def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgr
     """
     exported = io.BytesIO()
     try:
-        torch.export.save(exported_program, exported)
+        save_exported(exported_program, exported, specs.dim_names)
     except Exception as error:  # torch.export's serializer: NotImplementedError, ValueError, ...
         message = str(error).splitlines()[0] if str(error) else ""
         hint = ("an input or output container type (e.g. torch.return_types.topk) has no "

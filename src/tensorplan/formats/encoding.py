@@ -20,12 +20,13 @@ from torch.export import ExportedProgram
 
 from tensorplan.analysis.alias import StorageKind
 from tensorplan.errors import FormatError, PlanError
+from tensorplan.frontend.dim_names import named
 from tensorplan.frontend.roles import Roles
 from tensorplan.plan.plan import BankPlan, MemoryPlan, PlannedRegion, PlannedStorage
 from tensorplan.plan.symbolic.dims import DimRange, SymbolicPlan
 from tensorplan.plan.symbolic.sizes import SizeExpr
 from tensorplan.schedule.schedule import Schedule
-from tensorplan.specs.spec import SpecTable, TensorSpec
+from tensorplan.specs.spec import SpecTable, TensorSpec, canonical
 
 SCHEMA = "tensorplan.plan"  # the "schema" field of every plan document
 SCHEMA_VERSION = 2          # bumped whenever a field changes meaning or disappears (2: the
@@ -42,18 +43,19 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def value_to_json(name: str, spec: TensorSpec) -> dict[str, Any]:
-    """One tensor value as plain JSON data (lists, strings and ints only).
+def value_to_json(name: str, spec: TensorSpec, names: Mapping[str, str]) -> dict[str, Any]:
+    """One tensor value as plain JSON data (lists, strings and ints only); ``sym_shape``
+    writes each dynamic size in the ``Dim`` names of ``names`` (symbol -> name).
 
     >>> spec = TensorSpec((2, 3), (2, 3), torch.float32, (0, 1), (3, 1), 24, storage=4)
-    >>> value_to_json("relu", spec)["shape"], value_to_json("relu", spec)["dtype"]
+    >>> value_to_json("relu", spec, {})["shape"], value_to_json("relu", spec, {})["dtype"]
     ([2, 3], 'float32')
     """
     return {
         "name": name,
         "storage": spec.storage,
         "shape": list(spec.shape),
-        "sym_shape": [str(s) for s in spec.sym_shape],
+        "sym_shape": [named(canonical(s), names) for s in spec.sym_shape],
         "dtype": dtype_name(spec.dtype),
         "dim_order": list(spec.dim_order),
         "strides": list(spec.strides),
@@ -203,7 +205,7 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
         "storages": [_record(plan.storages[sid], bool(plan.banks))
                      for sid in sorted(plan.storages)],
         "regions": [_record(region, bool(plan.banks)) for region in plan.regions],
-        "values": [value_to_json(value, spec) for value, spec in specs.tensors()],
+        "values": [value_to_json(value, spec, specs.dim_names) for value, spec in specs.tensors()],
     }
 
 
@@ -380,7 +382,7 @@ def check_values(document: Fields, specs: SpecTable) -> None:
 
     Raises ``FormatError`` naming the first value that is missing or differs, and the field.
     """
-    derived = {name: value_to_json(name, spec) for name, spec in specs.tensors()}
+    derived = {name: value_to_json(name, spec, specs.dim_names) for name, spec in specs.tensors()}
     for entry in document.objects("values"):
         name = entry.get("name", str)
         if name not in derived:

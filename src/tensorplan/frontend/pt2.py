@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import zipfile
 import zlib
 from typing import Any
@@ -19,6 +20,7 @@ import torch
 from torch.export import ExportedProgram
 
 from tensorplan.errors import FormatError
+from tensorplan.frontend.dim_names import RECORD_MEMBER, DimNames, record_dim_names
 
 # Members of a torch.export archive (below its root folder) that hold data, not code.
 _DATA_MEMBERS = ("archive_format", "archive_version", "byteorder", ".data/", "models/",
@@ -28,14 +30,37 @@ _OBJECT_MEMBERS = ("data/constants/custom_obj_", "data/constants/opaque_obj_")
 
 
 def load_exported(data: bytes, where: str) -> ExportedProgram:
-    """The program in a ``.pt2`` archive's bytes; ``FormatError`` naming ``where`` if the
-    archive is damaged, not a torch.export program, or would make torch unpickle objects."""
+    """The program in a ``.pt2`` archive's bytes, with the ``Dim`` names it records (see
+    ``save_exported``); ``FormatError`` naming ``where`` if the archive is damaged, not a
+    torch.export program, or would make torch unpickle objects."""
     refuse_pickles(data, where)
+    extra = {RECORD_MEMBER: ""}
     try:
-        return torch.export.load(io.BytesIO(data))
+        program = torch.export.load(io.BytesIO(data), extra_files=extra)
     except Exception as error:  # torch raises many types on a damaged archive
         raise FormatError(f"{where}: not a loadable torch.export program "
                           f"({type(error).__name__}: {error})") from error
+    if extra[RECORD_MEMBER]:
+        record_dim_names(program, _recorded_names(extra[RECORD_MEMBER], where))
+    return program
+
+
+def save_exported(program: ExportedProgram, file: str | os.PathLike[str] | io.BytesIO,
+                  names: DimNames) -> None:
+    """Write ``program`` as ``torch.export.save`` does, with ``names`` (symbol -> ``Dim``
+    name), which torch.export.save drops, as an extra member that ``load_exported`` reads."""
+    torch.export.save(program, file, extra_files={RECORD_MEMBER: json.dumps(dict(names))})
+
+
+def _recorded_names(text: str, where: str) -> dict[str, str]:
+    try:
+        names = json.loads(text)
+    except ValueError as error:
+        raise FormatError(f"{where}: {RECORD_MEMBER} is not JSON ({error})") from error
+    if not isinstance(names, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in names.items()):
+        raise FormatError(f"{where}: {RECORD_MEMBER} must map symbols to Dim names")
+    return names
 
 
 def other_format(data: bytes) -> str | None:

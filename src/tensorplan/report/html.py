@@ -114,8 +114,9 @@ def value_ops(program: Program) -> dict[str, str]:
 def value_details(program: Program) -> dict[str, dict[str, Any]]:
     """What the page says about each tensor value: op, dtype, shape, dim order, bytes."""
     ops = value_ops(program)
+    names = program.specs.dim_names
     return {name: {"op": ops.get(name.partition("[")[0], "?"), "dtype": dtype_name(spec.dtype),
-                   "shape": shape_text(spec), "dim_order": list(spec.dim_order),
+                   "shape": shape_text(spec, names), "dim_order": list(spec.dim_order),
                    "nbytes": spec.nbytes}
             for name, spec in program.specs.tensors()}
 

@@ -32,7 +32,7 @@ def spec_table(specs: SpecTable, title: str = "Tensor specs") -> Table:
     table.add_column("storage", justify="right")
     table.add_column("const")
     for name, spec in specs.tensors():
-        table.add_row(Text(name), Text(shape_text(spec)), dtype_name(spec.dtype),
+        table.add_row(Text(name), Text(shape_text(spec, specs.dim_names)), dtype_name(spec.dtype),
                       str(spec.dim_order), bytes_text(spec.nbytes),
                       "-" if spec.storage is None else str(spec.storage),
                       "yes" if spec.const else "")

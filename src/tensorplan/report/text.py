@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tensorplan.specs.spec import TensorSpec, _dim_text
+from collections.abc import Mapping
+
+from tensorplan.specs.spec import TensorSpec, dim_text
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
 
@@ -33,7 +35,8 @@ def bytes_text(n: int) -> str:
     return exact if abs(n) < 1024 else f"{exact} ({human_bytes(n)})"
 
 
-def shape_text(spec: TensorSpec) -> str:
-    """Dims in brackets; a symbolic dim reads ``symbol<=upper bound``, e.g. ``[1, s0<=128, 64]``."""
-    dims = (_dim_text(s, u) for s, u in zip(spec.sym_shape, spec.shape, strict=True))
+def shape_text(spec: TensorSpec, names: Mapping[str, str]) -> str:
+    """Dims in brackets; a symbolic dim reads ``size<=upper bound`` in the Dim names of
+    ``names`` (symbol -> name), e.g. ``[1, seq<=128, 64]``."""
+    dims = (dim_text(s, u, names) for s, u in zip(spec.sym_shape, spec.shape, strict=True))
     return f"[{', '.join(dims)}]"

@@ -36,7 +36,7 @@ import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sympy
@@ -46,6 +46,7 @@ from torch.export import ExportedProgram
 from torch.utils._sympy.numbers import int_oo
 
 from tensorplan.errors import InputError
+from tensorplan.frontend.dim_names import dim_names, named
 from tensorplan.ops.schemas import is_view
 from tensorplan.rewrite.rebuild import Rebuild
 from tensorplan.rewrite.rows import (
@@ -634,8 +635,20 @@ def choose(program: ExportedProgram, chunks: str | int,
     bounds), and kept when its arena is strictly smaller than the program as exported's and
     its multiply-adds within ``MAX_OVERHEAD``. A program whose rules differ between sizes of
     its dims, with an unbounded dim, or with no region declines (the reason in
-    ``Chunking.declined``).
+    ``Chunking.declined``). Its reasons name the dims by their ``Dim`` names.
     """
+    chosen, chunking = _choose(program, chunks, arena_of)
+    return chosen, _in_dim_names(chunking, dim_names(program))
+
+
+def _in_dim_names(chunking: Chunking, names: Mapping[str, str]) -> Chunking:
+    """``chunking`` with the symbols of its reasons written as the user's Dim names."""
+    whole = tuple(replace(w, reason=named(w.reason, names)) for w in chunking.whole)
+    return replace(chunking, whole=whole, declined=named(chunking.declined, names))
+
+
+def _choose(program: ExportedProgram, chunks: str | int,
+            arena_of: Callable[[ExportedProgram], int]) -> tuple[ExportedProgram, Chunking]:
     counts = _checked(chunks)
     base = Candidate(1, 0, arena_of(program), 1.0)
     read = _found(program)

@@ -7,12 +7,13 @@ every value, and the results of view ops. A run copies its frame and executes on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from tensorplan.errors import InputError, LayoutError, PlanError
+from tensorplan.frontend.dim_names import named
 from tensorplan.plan.plan import MemoryPlan
 from tensorplan.runtime.arena import Arena
 from tensorplan.runtime.lower import ProgramFacts
@@ -102,13 +103,13 @@ def check_layout(name: str, tensor: torch.Tensor, spec: TensorSpec, op: Any) -> 
 
 
 def check_view_shape(name: str, view: torch.Tensor, op: Any, traced: Sequence[int],
-                     bindings: Bindings) -> None:
+                     bindings: Bindings, names: Mapping[str, str]) -> None:
     """Raise ``InputError`` when a view's shape at this run's sizes is not its traced shape:
     torch.export traces a dynamic dim as if it were at least 2, and at 0 or 1 a view can
     come out otherwise (``narrow`` past the end, which eager refuses; ``squeeze`` of a dim
-    that is 1)."""
+    that is 1). The sizes are named by ``names`` (symbol -> Dim name)."""
     if tuple(view.shape) != tuple(traced):
-        sizes = ", ".join(f"{symbol}={value}" for symbol, value in bindings.items())
+        sizes = ", ".join(f"{named(symbol, names)}={value}" for symbol, value in bindings.items())
         raise InputError(
             f"runtime: at {sizes} view {name!r} ({op}) has shape {tuple(view.shape)}, but the "
             f"program was traced for {tuple(traced)}: torch.export traced the dynamic dims as "

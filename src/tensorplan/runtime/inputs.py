@@ -12,6 +12,7 @@ from torch.export._tree_utils import reorder_kwargs
 from torch.utils import _pytree as pytree
 
 from tensorplan.errors import InputError
+from tensorplan.frontend.dim_names import named
 from tensorplan.frontend.roles import Roles
 from tensorplan.runtime.lower import ProgramFacts
 from tensorplan.runtime.shapes import Bindings
@@ -66,9 +67,17 @@ def bind_inputs(program: ExportedProgram, roles: Roles, values: Sequence[Any],
                 facts: ProgramFacts) -> Bindings:
     """Check every user input and return the sizes bound to the input symbols.
 
-    Raises ``InputError`` naming the input, the dim, the value and the allowed range, or the
-    constant the program was specialised to.
+    Raises ``InputError`` naming the input, the dim (by its ``Dim`` name), the value and the
+    allowed range, or the constant the program was specialised to.
     """
+    try:
+        return _bind(program, roles, values, facts)
+    except InputError as error:  # the checks below print symbols; the user wrote Dim names
+        raise InputError(named(error, facts.specs.dim_names)) from None
+
+
+def _bind(program: ExportedProgram, roles: Roles, values: Sequence[Any],
+          facts: ProgramFacts) -> Bindings:
     names, constants = roles.user_inputs, roles.specialised
     if len(values) != len(names):
         raise InputError(f"runtime: expected {len(names)} inputs ({', '.join(names)}), "

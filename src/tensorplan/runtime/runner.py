@@ -24,6 +24,7 @@ from torch.utils import _pytree as pytree
 
 from tensorplan.analysis.alias import AliasTable
 from tensorplan.errors import InputError
+from tensorplan.frontend.fake import program_shape_env
 from tensorplan.frontend.roles import Role, Roles
 from tensorplan.internal import stage
 from tensorplan.ops.control_flow import assign
@@ -36,7 +37,6 @@ from tensorplan.runtime.lower import ProgramFacts
 from tensorplan.runtime.steps import RunStats, StepContext
 from tensorplan.schedule.fold import NOTHING_FOLDED, Folded, constant_tensors
 from tensorplan.specs.spec import SpecTable
-from tensorplan.specs.trace import program_shape_env
 
 
 def _lowest(plan: MemoryPlan) -> dict[str, int]:

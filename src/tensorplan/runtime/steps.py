@@ -140,7 +140,8 @@ def _view(node, row, ctx) -> Built:
             args, kwargs = shift(args, kwargs, b)
         env[slot] = result = op(*args, **kwargs)
         if checked and isinstance(spec, TensorSpec) and isinstance(result, torch.Tensor):
-            check_view_shape(name, result, op, shape.evaluate(b), b)
+            check_view_shape(name, result, op, shape.evaluate(b), b,
+                             ctx.views.facts.specs.dim_names)
             check_view(name, result, spec, op, traced.evaluate(b) if traced else None)
     return [(view, row.per_frame)]
 

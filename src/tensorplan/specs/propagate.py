@@ -3,9 +3,11 @@
 Worked example: a linear layer ``y = x @ W.T + b`` with ``x: Dim('b', max=64) x 8`` gives
 
     p_weight   f32[4,8]        dim_order=(0,1)  const
-    x          f32[s0<=64,8]   dim_order=(0,1)  2048B
+    x          f32[b<=64,8]    dim_order=(0,1)  2048B
     permute    f32[8,4]        dim_order=(1,0)  (a view of p_weight)
-    addmm      f32[s0<=64,4]   dim_order=(0,1)  1024B
+    addmm      f32[b<=64,4]    dim_order=(0,1)  1024B
+
+(each dynamic dim by its ``Dim`` name, ``SpecTable.dim_names``; torch's symbol where none is known)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from torch.export import ExportedProgram
 
 from tensorplan.errors import UnboundedShapeError
+from tensorplan.frontend.dim_names import dim_names, named
 from tensorplan.frontend.roles import Roles, read_roles
 from tensorplan.specs.bounds import Limits, upper_bound
 from tensorplan.specs.layout import dense_strides, traced_dim_order, view_strides
@@ -82,7 +85,12 @@ def propagate(program: ExportedProgram, roles: Roles | None = None) -> SpecTable
     constants.
     """
     constants = (roles or read_roles(program)).constants
-    values = retrace(program)
-    limits = output_limits(values)
-    return SpecTable({name: _spec_of(name, traced, constants, limits)
-                      for name, traced in values.items()})
+    names = dim_names(program)
+    try:
+        values = retrace(program)
+        limits = output_limits(values)
+        entries = {name: _spec_of(name, traced, constants, limits)
+                   for name, traced in values.items()}
+    except UnboundedShapeError as error:  # it names the size's symbols: say the Dim names
+        raise UnboundedShapeError(named(error, names)) from None
+    return SpecTable(entries, names)

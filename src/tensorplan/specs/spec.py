@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 import sympy
 import torch
 
+from tensorplan.frontend.dim_names import named
+
 MAX_BYTES = 2**63 - 1  # the largest byte count a 64-bit signed size (torch, C) holds
 
 
@@ -48,9 +50,11 @@ class TensorSpec:
         """A copy of this spec assigned to ``storage``."""
         return replace(self, storage=storage)
 
-    def describe(self) -> str:
-        """One-line human form, e.g. ``f32[<=128,64] dim_order=(0,1) 32768B``."""
-        dims = ",".join(_dim_text(s, u) for s, u in zip(self.sym_shape, self.shape, strict=True))
+    def describe(self, names: Mapping[str, str] | None = None) -> str:
+        """One-line human form, e.g. ``float32[seq<=128,64] dim_order=(0,1) 32768B``, each
+        symbolic dim written by its Dim name where ``names`` (symbol -> name) has it."""
+        dims = ",".join(dim_text(s, u, names or {})
+                        for s, u in zip(self.sym_shape, self.shape, strict=True))
         dtype = str(self.dtype).removeprefix("torch.")
         order = ",".join(map(str, self.dim_order))
         return f"{dtype}[{dims}] dim_order=({order}) {self.nbytes}B"
@@ -65,8 +69,9 @@ def canonical(size: int | torch.SymInt) -> int | sympy.Expr:
     return int(expr) if expr.is_number else expr
 
 
-def _dim_text(sym: int | torch.SymInt, upper: int) -> str:
-    return str(upper) if isinstance(sym, int) else f"{sym}<={upper}"
+def dim_text(sym: int | torch.SymInt, upper: int, names: Mapping[str, str]) -> str:
+    """A dim's size: its int, or ``expression<=upper bound`` with the Dim names of ``names``."""
+    return str(upper) if isinstance(sym, int) else f"{named(canonical(sym), names)}<={upper}"
 
 
 Entry = TensorSpec | tuple[TensorSpec | None, ...] | None
@@ -80,8 +85,10 @@ class SpecTable(Mapping[str, Entry]):
     multi-output nodes, or ``None`` for non-tensor values.
     """
 
-    def __init__(self, entries: Mapping[str, Entry]) -> None:
+    def __init__(self, entries: Mapping[str, Entry],
+                 dim_names: Mapping[str, str] | None = None) -> None:
         self._entries = dict(entries)
+        self.dim_names: Mapping[str, str] = dict(dim_names or {})  # symbol -> the user's Dim name
 
     def __getitem__(self, name: str) -> Entry:
         return self._entries[name]
@@ -94,6 +101,14 @@ class SpecTable(Mapping[str, Entry]):
 
     def __repr__(self) -> str:
         return f"SpecTable({len(self)} values)"
+
+    def describe(self, value: str) -> str:
+        """The one-line form of a value's spec (``TensorSpec.describe``) with the Dim names,
+        e.g. ``float32[seq<=128,64] dim_order=(0,1) 32768B``; KeyError for a non-tensor."""
+        spec = self.spec_of(value)
+        if spec is None:
+            raise KeyError(f"{value!r} is no tensor value of this table")
+        return spec.describe(self.dim_names)
 
     def spec_of(self, value: str) -> TensorSpec | None:
         """The spec of a value named ``name`` or, for an item of a multi-output value,

@@ -19,6 +19,7 @@ from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, rebind_unbacked
 
 from tensorplan.errors import CaptureError, UnsupportedOpError
+from tensorplan.frontend.fake import program_shape_env
 from tensorplan.ops.control_flow import ControlFlowOp, control_flow_op
 from tensorplan.specs.spec import TensorSpec
 
@@ -88,15 +89,6 @@ class _Retrace(torch.fx.Interpreter):
             prefix = f"{self.prefix}{graph_node.target}/"
             _Retrace(submodule, self.shape_env, prefix, self.values).run(
                 *inputs, enable_io_processing=False)
-
-
-def program_shape_env(program: ExportedProgram) -> tuple[Any, ShapeEnv | None]:
-    """The fake mode and ShapeEnv the program's values were traced in."""
-    for node in program.graph.nodes:
-        value = node.meta.get("val")
-        if isinstance(value, torch.Tensor) and getattr(value, "fake_mode", None) is not None:
-            return value.fake_mode, value.fake_mode.shape_env
-    return None, None
 
 
 def retrace(program: ExportedProgram) -> dict[str, TracedValue]:

@@ -41,16 +41,30 @@ class SymbolicPlan:
         return Box({d.name: (d.lower, d.upper) for d in self.dims})
 
     def sizes_at(self, given: Mapping[str, int]) -> dict[str, int]:
-        """Every dim's size: ``given`` by name, the others at their upper bound. Raises
-        ``InputError`` for an unknown dim or a size outside its range."""
-        known = {d.name: d for d in self.dims}
+        """Every dim's size by name: ``given`` by its ``Dim`` name (or torch's symbol), the
+        others at their upper bound. Raises ``InputError`` for an unknown dim or a size outside
+        its range."""
+        known = {d.name: d for d in self.dims} | {d.symbol: d for d in self.dims}
         unknown = sorted(set(given) - set(known))
         if unknown:
             raise InputError(f"plan: no dynamic dim named {', '.join(unknown)}; the program's "
-                             f"dims are {', '.join(sorted(known))}")
+                             f"dims are {self._listed()}{self._unnamed_hint()}")
+        sizes = {d.name: d.upper for d in self.dims}
         for name, size in given.items():
             dim = known[name]
             if not isinstance(size, int) or not dim.lower <= size <= dim.upper:
                 raise InputError(f"plan: {name}={size!r} is outside its range "
                                  f"[{dim.lower}, {dim.upper}]")
-        return {d.name: int(given.get(d.name, d.upper)) for d in self.dims}
+            sizes[dim.name] = int(size)
+        return sizes
+
+    def _listed(self) -> str:
+        return ", ".join(f"{d.name} in [{d.lower}, {d.upper}]" for d in self.dims)
+
+    def _unnamed_hint(self) -> str:
+        """Why a dim goes by torch's symbol: its program kept no ``Dim`` name."""
+        if all(d.name != d.symbol for d in self.dims):
+            return ""
+        return ("; a dim goes by torch's symbol where the program records no Dim name "
+                "(torch.export.save keeps none: give the model and its dynamic_shapes, or a "
+                "program saved by tensorplan, to use the names)")

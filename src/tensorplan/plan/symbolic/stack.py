@@ -29,29 +29,13 @@ import sympy
 from torch.export import ExportedProgram
 
 from tensorplan.analysis.alias import AliasTable
+from tensorplan.frontend.dim_names import named
+from tensorplan.frontend.fake import program_shape_env
 from tensorplan.frontend.roles import Roles
 from tensorplan.plan.plan import MemoryPlan
 from tensorplan.plan.symbolic.dims import DimRange, SymbolicPlan
 from tensorplan.plan.symbolic.sizes import Box, Poly, SizeExpr, Term
 from tensorplan.specs.spec import SpecTable, canonical
-from tensorplan.specs.trace import program_shape_env
-
-
-def _dim_names(shape_env: Any, symbols: Sequence[sympy.Symbol]) -> dict[sympy.Symbol, str]:
-    """Each canonical symbol's Dim name, read from the ShapeEnv's sources (its symbol name
-    when none is known, or when two dims would share one)."""
-    debug = getattr(shape_env, "source_name_to_debug_name", {}) or {}
-    names: dict[sympy.Symbol, str] = {}
-    for symbol, sources in getattr(shape_env, "var_to_sources", {}).items():
-        root = shape_env.replace(symbol)
-        for source in sources:
-            name = debug.get(source.name)
-            if root in symbols and name and root not in names:
-                names[root] = name
-    chosen = {s: names.get(s, str(s)) for s in symbols}
-    taken = [n for n in chosen.values()]
-    return {s: n if taken.count(n) == 1 and n.isidentifier() else str(s)
-            for s, n in chosen.items()}
 
 
 def _dims(program: ExportedProgram, specs: SpecTable,
@@ -68,13 +52,13 @@ def _dims(program: ExportedProgram, specs: SpecTable,
             if not isinstance(expr, int):
                 symbols |= expr.free_symbols
     ordered = sorted(symbols, key=str)
-    names = _dim_names(shape_env, ordered)
     dims = {}
     for symbol in ordered:
         known = program.range_constraints.get(symbol) or shape_env.var_to_range[symbol]
         hints = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
         example = hints.get(symbol)
-        dims[symbol] = DimRange(names[symbol], str(symbol), int(known.lower), int(known.upper),
+        name = specs.dim_names.get(str(symbol), str(symbol))
+        dims[symbol] = DimRange(name, str(symbol), int(known.lower), int(known.upper),
                                 int(known.upper if example is None else example))
     return dims
 
@@ -85,19 +69,20 @@ def dim_ranges(program: ExportedProgram, specs: SpecTable, roles: Roles) -> tupl
     return tuple(sorted(_dims(program, specs, roles).values(), key=lambda d: d.name))
 
 
-def _poly(expr: int | sympy.Expr, names: Mapping[sympy.Symbol, str]) -> Poly | str:
-    """The byte count as a poly in the named dims, or why it is not one."""
+def poly_of(expr: int | sympy.Expr, names: Mapping[sympy.Symbol, str]) -> Poly | str:
+    """The size (a byte count, a dim) as a poly in the named dims, or why it is not one."""
     if isinstance(expr, int) or expr.is_Integer:
         return Poly.constant(int(expr))
+    text = named(expr, {str(s): n for s, n in names.items()})
     outside = sorted(str(s) for s in expr.free_symbols if s not in names)
     if outside:
-        return (f"its size {expr} depends on {', '.join(outside)}, known only once the op that "
+        return (f"its size {text} depends on {', '.join(outside)}, known only once the op that "
                 "makes it runs (a data-dependent size)")
     if not expr.is_polynomial(*names):
-        return f"its size {expr} is not a polynomial in the dims"
+        return f"its size {text} is not a polynomial in the dims"
     poly = sympy.Poly(sympy.expand(expr), *names)
     if not all(c.is_Integer for c in poly.coeffs()):
-        return f"its size {expr} has a fractional coefficient"
+        return f"its size {text} has a fractional coefficient"
     order = list(names)
     result = Poly.constant(0)
     for powers, coef in poly.terms():
@@ -126,7 +111,7 @@ def _storage_size(values: Sequence[str], specs: SpecTable, names: Mapping[sympy.
         if spec is None:
             continue
         numel = math.prod(canonical(s) for s in spec.sym_shape) * spec.dtype.itemsize
-        found = _poly(numel if isinstance(numel, int) else sympy.sympify(numel), names)
+        found = poly_of(numel if isinstance(numel, int) else sympy.sympify(numel), names)
         if isinstance(found, str):
             why = f"value {value!r}: {found}"
             break

@@ -43,3 +43,13 @@ def test_the_command_line_prints_no_third_party_warning_unless_debugging():
     assert quiet.stderr == ""
     assert "FutureWarning" in debug.stderr
     assert quiet.stdout == debug.stdout
+
+
+def test_a_command_help_is_its_own_not_the_tool_examples():
+    from tensorplan.cli.main import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for name in ("plan", "run", "dsa", "bench", "diff", "pte"):
+        text = commands[name].format_help()
+        assert text.startswith(f"usage: tensorplan {name} ")
+        assert "built-in models:" not in text and "tensorplan run zoo:tiny_gpt run out" not in text

@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tensorplan", description=DESCRIPTION,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=versions())
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=argparse.ArgumentParser)
     for command in COMMANDS:
         command.add_parser(commands)
     return parser

@@ -270,3 +270,27 @@ def test_a_patched_program_saves_loads_and_reports_like_any_other(tmp_path) -> N
     doc = json.loads(json.dumps(plan_to_json(loaded, "patched")))
     assert doc["arena_bytes"] == program.plan.arena_bytes
     assert "PATCHED_ARENA_BYTES" in plan_to_c_header(loaded, "patched")
+
+
+def test_a_program_with_dynamic_dims_is_not_patched_and_stays_dynamic():
+    model, x = Stack().eval(), torch.randn(2, 3, 32, 32)
+    batch = torch.export.Dim("batch", min=1, max=8)
+    prog = tp.compile(model, (x,), dynamic_shapes=({0: batch},), patches="auto")
+    assert prog.patching.declined == (
+        "not patched: patches are cut at static sizes, and the program has dynamic dims "
+        "(batch); export it at fixed sizes to patch it")
+    assert prog.patching.candidates == (prog.patching.chosen,)
+    assert [d.name for d in prog.plan.symbolic.dims] == ["batch"]  # not fixed at 2
+    plain = tp.compile(model, (x,), dynamic_shapes=({0: batch},))
+    assert prog.plan.arena_bytes_at(batch=5) == plain.plan.arena_bytes_at(batch=5)
+    five = torch.randn(5, 3, 32, 32)
+    torch.testing.assert_close(prog.run(five), model(five), rtol=0, atol=0)
+
+
+def test_patches_on_a_dynamic_transformer_keep_its_dim():
+    from tensorplan.zoo import example
+
+    gpt = example("tiny_gpt")
+    prog = tp.compile(gpt.model, gpt.args, dynamic_shapes=gpt.dynamic_shapes, patches="auto")
+    assert "(seq)" in prog.patching.declined
+    assert prog.plan.arena_bytes_at(seq=16) == 28_736  # as without patches (test_symbolic)

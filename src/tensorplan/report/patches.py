@@ -10,9 +10,9 @@ from tensorplan.rewrite.patches import Patching
 
 def patching_table(patching: Patching) -> Table:
     """One row per candidate: split value, grid, arena (tensorplan's greedy), multiply-add
-    overhead, and which one was kept."""
+    overhead, and which one was kept; the caption says why none was tried, when none was."""
     table = Table(title=f"patch-by-patch candidates (multiply-adds within "
-                        f"{patching.max_overhead:.2f}x)")
+                        f"{patching.max_overhead:.2f}x)", caption=patching.declined or None)
     for column in ("split", "grid", "arena", "multiply-adds", "kept"):
         table.add_column(column, justify="right" if column in ("arena", "multiply-adds")
                          else "left")

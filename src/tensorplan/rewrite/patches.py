@@ -44,6 +44,7 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from tensorplan.errors import InputError
+from tensorplan.frontend.dim_names import dim_names
 from tensorplan.rewrite.replay import Replay, call, export_again
 
 Span = tuple[int, int]  # [start, stop) of rows or columns, maybe outside the value's extent
@@ -502,6 +503,7 @@ class Patching:
     chosen: Candidate  # the one kept (split "" and grid (1, 1): the program as exported)
     candidates: tuple[Candidate, ...]  # every one planned, the unpatched program first
     max_overhead: float  # the multiply-add budget candidates had to meet
+    declined: str = ""  # why no patching was tried ("" when candidates were)
 
 
 AUTO_GRIDS: tuple[Grid, ...] = ((2, 2), (3, 3), (4, 4))  # the grids "auto" tries
@@ -524,12 +526,22 @@ def _deepest_per_resolution(found: Sequence[Split], nodes: Mapping[str, torch.fx
     return list(kept.values())
 
 
+def _dynamic_dims(program: ExportedProgram) -> list[str]:
+    """The program's dynamic dims, by their Dim names. Patches read sizes as ints, which would
+    fix a dynamic dim at its example size in the program's ShapeEnv, so they are refused
+    before anything reads one."""
+    names = dim_names(program)
+    return sorted(names.get(str(symbol), str(symbol)) for symbol in program.range_constraints
+                  if getattr(symbol, "is_Symbol", False))
+
+
 def choose(program: ExportedProgram, patches: str | Grid, max_overhead: float,
            arena_of: Any) -> tuple[ExportedProgram, Patching]:
     """The program to compile and what was tried: each grid (``AUTO_GRIDS`` for ``"auto"``)
     at the ``SPLITS_PER_GRID`` deepest splits (one per resolution) whose multiply-adds stay
     within ``max_overhead``; the smallest planned arena is kept (the program as exported unless
     a patching is strictly smaller). ``arena_of`` plans a program and returns its arena bytes.
+    A program with dynamic dims is kept as it is, with the reason in ``Patching.declined``.
     """
     if patches != "auto" and not (isinstance(patches, tuple) and len(patches) == 2
                                   and all(isinstance(n, int) and n >= 1 for n in patches)):
@@ -538,6 +550,11 @@ def choose(program: ExportedProgram, patches: str | Grid, max_overhead: float,
     nodes = {n.name: n for n in program.graph.nodes}
     grids = AUTO_GRIDS if patches == "auto" else (patches,)
     base = Candidate("", (1, 1), arena_of(program), 1.0)
+    dynamic = _dynamic_dims(program)
+    if dynamic:
+        return program, Patching(base, (base,), max_overhead, (
+            f"not patched: patches are cut at static sizes, and the program has dynamic dims "
+            f"({', '.join(dynamic)}); export it at fixed sizes to patch it"))
     tried, programs = [base], {base: program}
     found = _deepest_per_resolution(splits(program), nodes)
     for grid in grids:

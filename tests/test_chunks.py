@@ -249,6 +249,7 @@ def test_auto_leaves_at_least_eight_rows_a_chunk_where_a_count_asks_for_fewer() 
 def test_the_page_and_the_picture_say_the_program_is_chunked_and_where(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     from tensorplan.report.html import page_data, value_details
+    from tensorplan.report.subject import model_subject
     from tensorplan.report.timeline import _title, plot_timeline
     torch.manual_seed(0)
     plain, chunked = _both(Stack(), (_tokens(),), 4)
@@ -256,11 +257,12 @@ def test_the_page_and_the_picture_say_the_program_is_chunked_and_where(tmp_path)
     assert [n.label for n in notes] == ["chunked"]
     assert notes[0].summary == f"chunked: {len(chunked.chunking.regions)} regions in 4 chunks " \
                                f"of rows"
-    rows = dict(page_data(chunked.plan, value_details(chunked), notes)["summary"])
+    subject = model_subject(chunked, "m", value_details(chunked))
+    rows = dict(page_data(chunked.plan, subject)["summary"])
     for region in chunked.chunking.regions:
         assert f"{region.split} ({S} rows of dim {region.dim}," in rows["chunked"]
     assert rewrite_notes(plain) == []  # chunks not asked for: no note
-    assert _title(chunked.plan, "m", notes).splitlines()[1] == notes[0].summary
+    assert _title(chunked.plan, subject).splitlines()[1] == notes[0].summary
     declined = tp.compile(nn.Sequential(nn.Conv2d(3, 4, 3)).eval(), (torch.randn(1, 3, 8, 8),),
                           chunks="auto")
     assert rewrite_notes(declined)[0].summary == "not chunked"

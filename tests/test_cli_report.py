@@ -99,7 +99,7 @@ def test_plan_writes_the_page_the_picture_and_the_header_of_a_factory(models):
     assert data["values"]["gelu"] == {"op": "aten.gelu.default", "dtype": "float32",
                                       "shape": "[8, 256]", "dim_order": [0, 1], "nbytes": 8192}
     svg = (models / "small.svg").read_text()
-    assert svg.startswith("<?xml") and ">gelu 8.0 KiB<" in svg
+    assert svg.startswith("<?xml") and ">gelu: 8.0 KiB<" in svg
     assert f">peak: step {data['peak']['step']}, 16.0 KiB live<" in svg
     assert ">activation (computed during a run)<" in svg
     header = (models / "small.h").read_text()
@@ -124,6 +124,11 @@ def test_diff_names_what_grew_and_what_appeared(models):
                      appeared)
     assert "vanished" not in out and "shrank" not in out
     assert len(old.storages) == 4 and len(new.storages) == 5
+    # fc1 64 -> 256 or 512, fc2 -> 10: (64 * h + h + h * 10 + 10) floats of 4 bytes
+    assert (old.constant_bytes, new.constant_bytes) == (76_840, 153_640)
+    assert re.search(r"│ constants +│ +76,840 B \(75.0 KiB\) │ +153,640 B \(150.0 KiB\) │ "
+                     r"+\+76,800 B \(75.0 KiB\) \(\+99.9 %\) │", out)
+    assert "warning" not in out and "constants before folding" not in out
 
 
 def test_diff_of_a_plan_with_itself_says_nothing_changed(models):
@@ -133,11 +138,77 @@ def test_diff_of_a_plan_with_itself_says_nothing_changed(models):
 
 
 @pytest.fixture(scope="module")
+def zoo_plans(tmp_path_factory):
+    """Plan JSON files of two unrelated zoo models, and of mlp planned without reuse."""
+    where = tmp_path_factory.mktemp("zoo_plans")
+    for name, target, *switches in (("gpt", "zoo:tiny_gpt"), ("mlp", "zoo:mlp"),
+                                    ("mlp_noreuse", "zoo:mlp", "--no-reuse")):
+        done = tensorplan("plan", target, *switches, "--json", f"{name}.json", cwd=where)
+        assert done.returncode == 0, done.stderr
+    return where
+
+
+def _held(where, name: str) -> set[str]:
+    """The value names the storages of a plan JSON file hold."""
+    document = json.loads((where / f"{name}.json").read_text())
+    return {value for storage in document["storages"] for value in storage["values"]}
+
+
+def test_diff_of_unrelated_models_warns_that_they_share_no_structure(zoo_plans):
+    done = tensorplan("diff", "gpt.json", "mlp.json", cwd=zoo_plans)
+    assert done.returncode == 0, done.stderr
+    gpt, mlp = _held(zoo_plans, "gpt"), _held(zoo_plans, "mlp")
+    shared, every = len(gpt & mlp), len(gpt | mlp)
+    assert shared / every < 0.25
+    warning = " ".join(done.stdout.split("Memory plan")[0].split()[3:])
+    assert warning == (f"warning: the two programs share no structure: {shared} of {every} "
+                       f"value names ({shared / every:.0%}) are in both plans, where two "
+                       f"versions of one model share at least 25%; storages are matched by "
+                       f"name, so a row below may pair values of different models")
+
+
+def test_diff_of_a_model_against_itself_with_another_option_does_not_warn(zoo_plans):
+    done = tensorplan("diff", "mlp.json", "mlp_noreuse.json", cwd=zoo_plans)
+    assert done.returncode == 0, done.stderr
+    assert "1 storage appeared" in done.stdout  # gelu, no longer written over addmm
+    assert "warning" not in done.stdout
+    assert _held(zoo_plans, "mlp") == _held(zoo_plans, "mlp_noreuse")
+
+
+def _section_rows(out: str, title: str) -> list[list[str]]:
+    """The body rows of the diff section titled ``title``, as stripped cell texts."""
+    section = out.split(title)[1].split("└")[0]
+    return [[cell.strip() for cell in line.strip().strip("│").split("│")]
+            for line in section.splitlines() if line.startswith("│")]
+
+
+def test_diff_top_prints_that_many_rows_and_sums_the_rest(zoo_plans):
+    done = tensorplan("diff", "gpt.json", "mlp.json", "--top", "3", cwd=zoo_plans)
+    assert done.returncode == 0, done.stderr
+    gpt, mlp = (json.loads((zoo_plans / f"{name}.json").read_text())["storages"]
+                for name in ("gpt", "mlp"))
+    names = {s["values"][0] for s in mlp}  # diff matches storages by their first value
+    vanished = sorted((s for s in gpt if s["values"][0] not in names),
+                      key=lambda s: (-s["size"], s["values"][0]))
+    out = done.stdout
+    assert f"{len(vanished)} storages vanished" in out and len(vanished) > 3
+    rows = _section_rows(out, "storages vanished")
+    assert [row[0] for row in rows] == [s["values"][0] for s in vanished[:3]]
+    rest = sum(s["size"] for s in vanished[3:])
+    assert re.search(rf"and {len(vanished) - 3} more, -{rest:,} B \(.*\) in all", out)
+    assert "more," not in tensorplan("diff", "gpt.json", "mlp.json", "--top", "100",
+                                     cwd=zoo_plans).stdout
+
+
+@pytest.fixture(scope="module")
 def broken(models):
     """``models`` with files ``diff`` must refuse beside the good ones."""
     torch.export.save(torch.export.export(torch.nn.ReLU(), (torch.randn(2),)),
                       models / "plain.pt2")
     (models / "noise.bin").write_bytes(bytes(range(256)))
+    (models / "model.pte").write_bytes(b"<\x00\x00\x00ET12eh00" + bytes(64))  # a .pte's head
+    torch.save({"weight": torch.ones(2)}, models / "checkpoint.pt")
+    (models / "other.json").write_text('{"arena_bytes": 1}')
     (models / "list.json").write_text("[1, 2]")
     doc = json.loads((models / "small.json").read_text())
     (models / "schema.json").write_text(json.dumps({**doc, "schema": "other"}))
@@ -151,12 +222,25 @@ def broken(models):
     return models
 
 
+GIVE = (r"give diff programs saved with `tensorplan plan TARGET --save F.tplan` or plans "
+        r"written with `tensorplan plan TARGET --json F.json`")
+
+
 @pytest.mark.parametrize(("name", "message"), [
     ("missing.json", r"missing.json: no such file"),
     ("plain.pt2", r"plain.pt2: a torch.export program holds no plan yet; plan it with "
                   r"`tensorplan plan plain.pt2 --save F.tplan` and compare that"),
-    ("noise.bin", r"noise.bin: not valid JSON \(.*\)"),
-    ("list.json", r"list.json: expected a JSON object, got list"),
+    ("noise.bin", r"noise.bin: neither a tensorplan program nor JSON \(a format tensorplan "
+                  rf"does not know\); {GIVE}"),
+    ("model.pte", r"model.pte: an ExecuTorch program \(.pte\), not a tensorplan plan; plan the "
+                  r"model or the .pt2 it was lowered from with `tensorplan plan TARGET --save "
+                  r"F.tplan` and compare that"),
+    ("checkpoint.pt", r"checkpoint.pt: a zip archive that is neither a tensorplan program nor "
+                      rf"a torch.export program \(a torch.save checkpoint\?\); {GIVE}"),
+    ("other.json", rf"other.json: JSON but not a tensorplan plan \(it has no \"schema\": "
+                   rf"\"tensorplan.plan\"\); {GIVE}"),
+    ("list.json", rf"list.json: JSON but not a tensorplan plan \(it has no \"schema\": "
+                  rf"\"tensorplan.plan\"\); {GIVE}"),
     ("schema.json", r"schema.json: schema is 'other', expected 'tensorplan.plan'"),
     ("mistyped.json", r"mistyped.json: storages\[0\]: field 'size' should be int, got 'big'"),
     ("overlap.json", r"overlap.json: the saved plan is invalid: plan: invalid memory plan "

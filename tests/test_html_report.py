@@ -26,9 +26,11 @@ from shared_models import Branches
 import tensorplan as tp
 from tensorplan import zoo
 from tensorplan.report import write_html
+from tensorplan.report.banks import bank_rows, cost_text
+from tensorplan.report.figures import plan_numbers
 from tensorplan.report.geometry import KIND_COLOURS, peak
+from tensorplan.report.glossary import GLOSSARY
 from tensorplan.report.html import value_ops
-from tensorplan.report.tables import plan_numbers
 from tensorplan.report.text import bytes_text, human_bytes, shape_text
 
 
@@ -90,8 +92,8 @@ def test_hover_shows_the_values_offset_size_and_lifetime(browser, tiny_gpt, tmp_
                          f"offset {largest.offset:,} B · size {largest.size:,} B (256.0 KiB)",
                          f"lifetime: steps [{largest.start}, {largest.end})"]
     shape = shape_text(spec, tiny_gpt.specs.dim_names)
-    assert lines[3] == (f"{name} {value_ops(tiny_gpt)[name]} · float32{shape} · "
-                        f"dim_order (0, 1, 2) · {spec.nbytes:,} B")
+    assert lines[3] == (f"{name} {value_ops(tiny_gpt)[name]} · float32[4, seq=128, seq=128] · "
+                        f"dim_order (0, 1, 2) · {spec.nbytes:,} B")  # at the slider's sizes
     assert shape == "[4, seq<=128, seq<=128]"
 
 
@@ -197,7 +199,7 @@ def test_a_10000_buffer_plan_stays_responsive(browser, tmp_path):
     assert browser.find_element(By.ID, "table-note").text.startswith(
         "showing 500 of 10,000 matching storages")
     largest = max(data["storages"], key=lambda s: (s["size"] * (s["end"] - s["start"]), -s["id"]))
-    assert f"\n{largest['values'][0]}" in _hover(browser, largest["id"])
+    assert _hover(browser, largest["id"]).startswith(f"buffer {largest['values'][0]}\n")
     per_move = browser.execute_script("""
         const canvas = document.getElementById("over");
         const box = canvas.getBoundingClientRect();
@@ -231,24 +233,46 @@ def test_mobilenet_v2_page_with_300_storages(browser, tmp_path):
     assert _hover(browser, largest.id).splitlines()[0] == f"storage {largest.id} · activation"
 
 
-def test_memory_banks_are_drawn_one_above_the_other_and_named(browser, tmp_path):
+def test_each_bank_has_its_own_axis_bound_traffic_capacity_and_cost(browser, tmp_path):
     from test_banks import _hot
 
     prog, _ = _hot()
     write_html(prog, tmp_path / "banks.html", "hot")
     data = _open(browser, tmp_path / "banks.html")
     plan = prog.plan
-    assert [(b["name"], b["base"], b["arena"]) for b in data["banks"]] == [
-        ("sram", 0, plan.banks[0].arena_bytes),
-        ("dram", plan.banks[0].arena_bytes, plan.banks[1].arena_bytes)]
+    assert [(b["name"], b["arena"], b["lower_bound"], b["capacity"], b["traffic"], b["cost"])
+            for b in data["banks"]] == [
+        (b.name, b.arena_bytes, b.lower_bound_bytes, b.capacity, b.traffic_bytes, cost_text(b))
+        for b in plan.banks]
+    panels = browser.execute_script("return window.tensorplanReport.panels()")
+    assert [p["bank"] for p in panels] == ["sram", "dram"]
+    assert panels[0]["bottom"] < panels[1]["top"]  # apart, one above the other
+    for panel, bank in zip(panels, plan.banks, strict=True):  # each drawn to its own bytes
+        top = max(bank.arena_bytes, bank.lower_bound_bytes) * 1.08
+        assert (panel["y0"], panel["y1"]) == (0, top)
     drawn = {s["id"]: s for s in data["storages"]}
-    cos = plan.storages[prog.specs["cos_1"].storage]
     exp = plan.storages[prog.specs["exp"].storage]
-    assert drawn[cos.id]["offset"] == cos.offset and drawn[cos.id]["bank"] == "sram"
-    assert drawn[exp.id]["offset"] == plan.banks[0].arena_bytes + exp.offset
+    assert (drawn[exp.id]["offset"], drawn[exp.id]["bank"]) == (exp.offset, "dram")
+    x, y = browser.execute_script("return window.tensorplanReport.pointOf(arguments[0])", exp.id)
+    assert panels[1]["top"] <= y <= panels[1]["bottom"]
     tip = _hover(browser, exp.id)
     assert f"storage {exp.id} · activation · bank dram" in tip
     assert f"offset {exp.offset:,} B" in tip
+    table = browser.find_element(By.ID, "bank-table")
+    assert [th.text for th in table.find_elements(By.CSS_SELECTOR, "th")] == [
+        "bank", "capacity", "arena", "lower bound", "constants", "traffic", "share", "cost"]
+    cells = [[td.text for td in row.find_elements(By.TAG_NAME, "td")]
+             for row in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+    assert cells == [list(row) for row in bank_rows(plan)]
+    sram = dict(zip(["bank", "capacity", "arena", "lower bound", "constants", "traffic", "share",
+                     "cost"], cells[0], strict=True))
+    assert sram["traffic"] == bytes_text(plan.banks[0].traffic_bytes)
+    assert sram["capacity"] == bytes_text(plan.banks[0].capacity)
+    assert sram["cost"] == f"{plan.banks[0].traffic_bytes * plan.banks[0].cost:,.0f} (x1)"
+    assert browser.find_element(By.ID, "bank-title").text.startswith(
+        f"memory banks: traffic cost {plan.traffic_cost:,.0f}")
+    for term in ("traffic", "capacity", "cost"):
+        assert GLOSSARY[term] in browser.find_element(By.ID, "glossary").text
     head = [th.get_attribute("data-key")
             for th in browser.find_elements(By.CSS_SELECTOR, "#storage-head th")]
     banks = _column(browser, head.index("bank"))
@@ -339,3 +363,111 @@ def test_a_static_plan_has_no_dim_slider(browser, tmp_path):
     numbers = _summary(browser)
     assert list(numbers) == [label for label, _ in plan_numbers(program.plan)] + ["peak step"]
     assert numbers["arena"] == bytes_text(program.plan.arena_bytes)
+
+
+def _terms(browser) -> dict[str, str]:
+    """The page's glossary: term -> its line."""
+    glossary = browser.find_element(By.ID, "glossary")
+    return dict(zip([dt.text for dt in glossary.find_elements(By.TAG_NAME, "dt")],
+                    [dd.text for dd in glossary.find_elements(By.TAG_NAME, "dd")], strict=True))
+
+
+def test_every_figure_has_its_glossary_line_as_tooltip_and_in_the_glossary(browser, tiny_gpt,
+                                                                           tmp_path):
+    write_html(tiny_gpt, tmp_path / "page.html", "tiny_gpt")
+    _open(browser, tmp_path / "page.html")
+    boxes = browser.find_elements(By.CSS_SELECTOR, "#summary .number")
+    terms = _terms(browser)
+    for box in boxes:
+        label = box.find_element(By.TAG_NAME, "span").text
+        assert box.get_attribute("title") == GLOSSARY[label] == terms[label], label
+    for label in ("baseline bound", "regions", "step", "lower bound", "sizes"):
+        assert terms[label] == GLOSSARY[label]
+    assert "no placement can be smaller" in terms["lower bound"]
+    placeholders = sum(n.op == "placeholder" for n in tiny_gpt.exported_program.graph.nodes)
+    assert browser.find_element(By.ID, "steps").text.startswith(
+        f"Steps 0 to {placeholders - 1} are the program's {placeholders} placeholders")
+
+
+def _cli_field(out: str, label: str) -> str:
+    return re.search(rf"│ {re.escape(label)}\s*│\s*(.*?) │", out).group(1)
+
+
+def test_the_page_at_seq_16_says_every_size_there_and_the_cli_s_ratios(browser, tiny_gpt,
+                                                                       tmp_path, capsys):
+    from tensorplan.cli.main import main
+
+    assert main(["plan", "zoo:tiny_gpt", "--at", "seq=16", "--html",
+                 str(tmp_path / "page.html")]) == 0
+    out = capsys.readouterr().out
+    _open(browser, tmp_path / "page.html")
+    assert browser.find_element(By.ID, "dim-seq").get_attribute("value") == "16"
+    numbers = _summary(browser)
+    for label in ("arena", "lower bound", "ratio", "baseline bound", "optimal"):
+        assert numbers[label] == _cli_field(out, label), label
+    expected = dict(plan_numbers(tiny_gpt.plan, {"seq": 16}))
+    assert numbers["ratio"] == expected["ratio"] == "1.002 (arena / lower bound)"
+    assert numbers["baseline bound"] == expected["baseline bound"] == (
+        "918,016 B (896.5 KiB) at the upper bounds (arena there 0.71x)")
+    plan = tiny_gpt.plan
+    at16 = plan.at(seq=16)
+    single = [s for s in at16.storages.values() if len(s.values) == 1 and not s.graph
+              and plan.symbolic.needs[s.id].dims]
+    chosen = max(single, key=lambda s: (s.size, -s.id))
+    lines = _hover(browser, chosen.id).splitlines()
+    assert lines[1] == (f"offset {chosen.offset:,} B · size {chosen.size:,} B "
+                        f"({human_bytes(chosen.size)})")
+    need = plan.symbolic.needs[chosen.id].evaluate({"seq": 16})
+    assert lines[3].endswith(f" · {need:,} B") and "seq=16" in lines[3]
+    assert "128" not in lines[3]  # nothing at the upper bounds in a tooltip at seq=16
+
+
+def test_patched_and_chunked_programs_are_marked_with_split_grid_and_chunks(browser, tmp_path):
+    from test_chunks import Stack, _tokens
+
+    e = zoo.example("convnet")
+    patched = tp.compile(e.model, e.args, patches=(2, 2))
+    write_html(patched, tmp_path / "patched.html", "convnet")
+    _open(browser, tmp_path / "patched.html")
+    (mark,) = browser.find_elements(By.CSS_SELECTOR, "#marks .mark")
+    chosen = patched.patching.chosen
+    assert chosen.split and chosen.grid == (2, 2)
+    assert mark.text == f"patched patched 2x2 up to {chosen.split}"
+    assert mark.get_attribute("title") == f"patched: {GLOSSARY['patched']}"
+    assert _terms(browser)["patched"] == GLOSSARY["patched"]
+    torch.manual_seed(0)
+    chunked = tp.compile(Stack().eval(), (_tokens(),), chunks=4)
+    write_html(chunked, tmp_path / "chunked.html", "stack")
+    _open(browser, tmp_path / "chunked.html")
+    (mark,) = browser.find_elements(By.CSS_SELECTOR, "#marks .mark")
+    regions = len(chunked.chunking.regions)
+    assert mark.text == f"chunked chunked: {regions} regions in 4 chunks of rows"
+    assert _terms(browser)["chunked"] == GLOSSARY["chunked"]
+
+
+def test_a_dsa_page_has_the_instance_s_figures_alone_and_the_file_s_name(browser, tmp_path):
+    from tensorplan.cli.main import main
+
+    path = tmp_path / "deep" / "folder" / "stairs.csv"
+    path.parent.mkdir(parents=True)
+    _dsa_instance(path, 40)
+    assert main(["dsa", str(path.resolve()), "--algorithm", "greedy", "--html",
+                 str(tmp_path / "dsa.html")]) == 0
+    data = _open(browser, tmp_path / "dsa.html")
+    assert browser.title == "stairs.csv: placement"
+    assert browser.find_element(By.TAG_NAME, "h1").text == "stairs.csv: placement"
+    numbers = _summary(browser)
+    assert list(numbers) == ["buffers", "algorithm", "peak", "lower bound", "gap", "optimal",
+                             "peak step"]
+    assert numbers["buffers"] == "40"
+    assert int(numbers["peak"].removesuffix(" B").replace(",", "")) == data["arena"]
+    head = [th.get_attribute("data-key")
+            for th in browser.find_elements(By.CSS_SELECTOR, "#storage-head th")]
+    assert head == ["id", "values", "offset", "size", "start", "end", "lifetime"]
+    legend = browser.find_element(By.ID, "legend").text
+    assert "buffer (a row of the instance)" in legend and "activation" not in legend
+    page = browser.find_element(By.TAG_NAME, "body").text
+    for field in ("baseline bound", "constants", "order", "alignment", "regions", "storages"):
+        assert field not in numbers and field not in _terms(browser), field
+    assert str(tmp_path) not in page
+    assert set(_terms(browser)) == {*numbers, "step"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -24,8 +25,10 @@ from tensorplan.report import (
     plot_timeline,
     spec_table,
 )
+from tensorplan.report.diff import diff_plans, diff_report
 from tensorplan.report.export import c_identifier
 from tensorplan.report.geometry import peak, x_maps
+from tensorplan.report.tables import storage_table
 from tensorplan.report.text import bytes_text, human_bytes
 from tensorplan.report.timeline import LABELLED, _label, plot_plan
 
@@ -116,6 +119,41 @@ def test_plan_summary_numbers(mlp):
     largest = sorted(plan.storages.values(), key=lambda s: (-s.size, s.id))[:2]
     assert storages == [[str(s.id), f"{s.offset:,}", "8,192 B (8.0 KiB)", f"[{s.start}, {s.end})",
                          "activation", s.values[0]] for s in largest]
+
+
+def test_storage_table_names_each_storages_bank_as_the_plan_assigned_it(mlp):
+    e = zoo.example("mlp")
+    banks = [tp.Bank("sram", 8192, 1.0), tp.Bank("dram", None, 40.0)]
+    plan = tp.compile(e.model, e.args, reuse=False, reorder=False, fold=False,
+                      banks=banks).plan
+    table = rows(storage_table(plan, top=len(plan.storages)))
+    assert [row[0] for row in table] == [str(s.id) for s in sorted(
+        plan.storages.values(), key=lambda s: (-s.size, s.id))]
+    assert [row[1] for row in table] == [plan.bank_of(row[6]) for row in table]
+    assert [row[1] for row in table] == [plan.storages[int(row[0])].bank for row in table]
+    assert {row[1] for row in table} == {"sram", "dram"}
+    assert all(len(row) == 6 for row in rows(storage_table(mlp.plan)))  # no banks: no column
+
+
+def test_storage_table_shows_the_top_storages_and_sums_the_rest(mlp):
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(storage_table(mlp.plan, top=2))
+    out = console.file.getvalue()
+    assert len(rows(storage_table(mlp.plan, top=2))) == 2
+    # x (2,048 B) and addmm_1 (320 B) are below the two 8 KiB storages
+    assert out.splitlines()[-1].strip() == "and 2 more storages, 2,368 B (2.3 KiB) in all"
+    assert "more storages" not in str(rows(storage_table(mlp.plan, top=4)))
+
+
+def test_diff_shows_the_constants_and_before_folding_when_folding_changed_them(mlp):
+    folded = dataclasses.replace(mlp.plan, constant_bytes=60_000)
+    table = rows(diff_report(diff_plans(mlp.plan, folded)))
+    assert ["constants", "76,840 B (75.0 KiB)", "60,000 B (58.6 KiB)",
+            "-16,840 B (16.4 KiB) (-21.9 %)"] in table
+    assert ["constants before folding", "76,840 B (75.0 KiB)", "76,840 B (75.0 KiB)",
+            "+0 B (+0.0 %)"] in table
+    assert not any(row[0] == "constants before folding"
+                   for row in rows(diff_report(diff_plans(mlp.plan, mlp.plan))))
 
 
 def test_plan_summary_names_subgraph_lifetimes(branches):
@@ -239,7 +277,7 @@ def _svg_texts(path) -> list[str]:
 def test_svg_timeline_labels_the_largest_storages_and_explains_the_marks(mlp, tmp_path):
     plot_timeline(mlp, tmp_path / "mlp.svg", "mlp")
     texts = _svg_texts(tmp_path / "mlp.svg")
-    assert {"addmm 8.0 KiB", "gelu 8.0 KiB"} <= set(texts)
+    assert {"addmm: 8.0 KiB", "gelu: 8.0 KiB"} <= set(texts)
     top = peak(mlp.plan)
     assert f"peak: step {top.step}, 16.0 KiB live" in texts
     assert {"lower bound 16.0 KiB", "activation (computed during a run)",
@@ -248,11 +286,11 @@ def test_svg_timeline_labels_the_largest_storages_and_explains_the_marks(mlp, tm
 
 def test_a_label_is_drawn_only_where_it_fits():
     s = tp.PlannedStorage(3, 0, 8192, 0, 4, "activation", "", ("convolution",))
-    assert _label(s, 200, 20) == ("convolution 8.0 KiB", 0)
+    assert _label(s, 200, 20) == ("convolution: 8.0 KiB", 0)
     assert _label(s, 100, 40) == ("convolution\n8.0 KiB", 0)
-    assert _label(s, 18, 200) == ("convolution 8.0 KiB", 90)
+    assert _label(s, 18, 200) == ("convolution: 8.0 KiB", 90)
     shared = tp.PlannedStorage(3, 0, 8192, 0, 4, "activation", "", ("convolution", "relu"))
-    assert _label(shared, 200, 20) == ("convolution +1 8.0 KiB", 0)  # relu shares it
+    assert _label(shared, 200, 20) == ("convolution +1: 8.0 KiB", 0)  # relu shares it
     assert _label(s, 14, 14) is None
 
 
@@ -271,10 +309,10 @@ def test_a_1000_storage_timeline_labels_only_the_largest_that_fit(tmp_path):
     instance = load_instance(tmp_path / "many.csv")
     plan = placement_plan(instance, plan_buffers(instance.problem.buffers, algorithm="greedy"))
     plot_plan(plan, tmp_path / "many.svg", "many")
-    labels = [t for t in _svg_texts(tmp_path / "many.svg") if re.fullmatch(r"b(ig)?\d+ .*iB", t)]
+    labels = [t for t in _svg_texts(tmp_path / "many.svg") if re.fullmatch(r"b(ig)?\d+: .*iB", t)]
     assert 1 <= len(labels) <= LABELLED
     largest = max(plan.storages.values(), key=lambda s: s.size)
-    assert largest.values == ("big3",) and labels[0] == "big3 1008.0 KiB"
+    assert largest.values == ("big3",) and labels[0] == "big3: 1008.0 KiB"
 
 
 def test_the_peak_step_holds_the_lower_bound(mlp, branches):

@@ -48,17 +48,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _draw(args: argparse.Namespace, instance: object, placement: Placement) -> None:
-    """The page and the picture of the placement, as asked."""
+    """The page and the picture of the placement, as asked: titled by the file's base name,
+    with the figures the table prints."""
     from tensorplan.report.html import placement_plan, write_page
+    from tensorplan.report.subject import instance_subject
     from tensorplan.report.timeline import plot_plan
 
     plan = placement_plan(instance, placement)
+    subject = instance_subject(str(args.file), placement_rows(len(plan.storages), placement),
+                               plan)
     if args.html:
-        options.write(args.html, "page",
-                      lambda path: write_page(path, f"{args.file}: placement", plan, {}))
+        options.write(args.html, "page", lambda path: write_page(path, plan, subject))
     if args.timeline:
-        options.write(args.timeline, "timeline",
-                      lambda path: plot_plan(plan, path, str(args.file)))
+        options.write(args.timeline, "timeline", lambda path: plot_plan(plan, path, subject))
+
+
+def placement_rows(buffers: int, placement: Placement) -> list[tuple[str, str]]:
+    """The figures of one planning run as (label, text), each label a glossary term: what the
+    table prints and the page shows."""
+    gap = f"{100 * placement.gap:.2f} % (+{placement.peak - placement.lower_bound:,} B)"
+    return [("buffers", f"{buffers:,}"), ("algorithm", placement.algorithm),
+            ("peak", f"{placement.peak:,} B"), ("lower bound", f"{placement.lower_bound:,} B"),
+            ("gap", gap), ("optimal", "yes" if placement.optimal else "no")]
 
 
 def _placement_table(title: str, buffers: int, placement: Placement, seconds: float) -> Table:
@@ -66,14 +77,6 @@ def _placement_table(title: str, buffers: int, placement: Placement, seconds: fl
     table = Table(title=title, show_header=False)
     table.add_column("field")
     table.add_column("value", justify="right")
-    for field, value in (
-        ("buffers", f"{buffers:,}"),
-        ("algorithm", placement.algorithm),
-        ("peak", f"{placement.peak:,}"),
-        ("lower bound", f"{placement.lower_bound:,}"),
-        ("gap", f"{100 * placement.gap:.2f} % (+{placement.peak - placement.lower_bound:,} B)"),
-        ("optimal", "yes" if placement.optimal else "no"),
-        ("seconds", f"{seconds:.2f}"),
-    ):
+    for field, value in (*placement_rows(buffers, placement), ("seconds", f"{seconds:.2f}")):
         table.add_row(field, value)
     return table

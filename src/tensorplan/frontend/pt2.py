@@ -63,16 +63,41 @@ def _recorded_names(text: str, where: str) -> dict[str, str]:
     return names
 
 
+def file_format(data: bytes) -> str | None:
+    """What a file's bytes are, among the formats tensorplan knows: ``"pt2"`` (a zip archive
+    laid out as torch.export saves), ``"zip"`` (any other zip archive: a program saved with
+    ``--save``, a ``torch.save`` checkpoint), ``"pte"`` (an ExecuTorch program), ``"json"``
+    (text that opens as JSON does); None for anything else.
+
+    >>> file_format(b' {"schema": 1}'), file_format(bytes(4) + b"ET12"), file_format(bytes(8))
+    ('json', 'pte', None)
+    """
+    if zipfile.is_zipfile(io.BytesIO(data)):
+        return "pt2" if "archive_format" in _relative_members(data) else "zip"
+    if data[4:6] == b"ET":
+        return "pte"
+    if data[:64].lstrip()[:1] in (b"{", b"["):
+        return "json"
+    return None
+
+
+def _relative_members(data: bytes) -> set[str]:
+    """The member names of a zip archive below its root folder (none if it cannot be read)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return {name.partition("/")[2] for name in archive.namelist()}
+    except (OSError, EOFError, zipfile.BadZipFile):
+        return set()
+
+
 def other_format(data: bytes) -> str | None:
     """What a file that is no zip archive is, and what to give instead, when it is one
     tensorplan knows of (an ExecuTorch ``.pte``, JSON); None otherwise."""
-    if zipfile.is_zipfile(io.BytesIO(data)):
-        return None
-    if data[4:6] == b"ET":
+    kind = file_format(data)
+    if kind == "pte":
         return ("an ExecuTorch program (.pte): it runs in ExecuTorch's runtime; give plan the "
                 "model or the .pt2 it was lowered from")
-    head = data[:64].lstrip()
-    if head[:1] in (b"{", b"["):
+    if kind == "json":
         return ("a JSON file (a plan written by --json?): give plan a model, a .pt2, or a "
                 "program saved with --save")
     return None

@@ -25,8 +25,15 @@ KIND_MEANINGS = {  # what a storage of each kind holds, as legends say it
     "state": "state (a mutated buffer, kept across runs)",
     "activation": "activation (computed during a run)",
 }
+INSTANCE_MEANINGS = {"activation": "buffer (a row of the instance)"}  # a DSA instance's
 REGION_COLOUR = "#8172B2"
 PEAK_COLOUR = "#D62728"
+
+
+def kind_meanings(instance: bool) -> dict[str, str]:
+    """What each kind of storage holds, as a legend says it: a model's, or a DSA instance's
+    (whose storages are all buffers)."""
+    return INSTANCE_MEANINGS if instance else KIND_MEANINGS
 
 
 def first_step(plan: MemoryPlan) -> int:

@@ -9,6 +9,8 @@
   const TABLE_ROWS = 500;   // rows of the storage table drawn at once
   const TIP_VALUES = 12;    // values a tooltip lists before "+N more"
   const MARGIN = { left: 80, right: 14, top: 14, bottom: 38 };
+  const PANEL_TITLE = 20;   // pixels above a bank's axis for its name and figures
+  const PANEL_GAP = 10;     // pixels between two banks' axes
   const timings = {};
   const state = { hover: null, selected: null, sort: { key: "size", descending: true },
                   filter: "", drag: null };
@@ -45,14 +47,25 @@
     return exactBytes(n) + (Math.abs(n) < 1024 ? "" : " (" + humanBytes(n) + ")");
   }
 
+  // A value's shape and bytes at the current sizes of the dynamic dims: a dim that is a poly
+  // in them as "seq=16", one known only at run time by its bound (sizes.py's dims).
+  function dimText(d) {
+    if (typeof d === "number") return String(d);
+    return d.poly ? d.text + "=" + polyValue(d.poly) : "<=" + d.upper;
+  }
+
+  function shapeNow(v) { return v.dims ? "[" + v.dims.map(dimText).join(", ") + "]" : v.shape; }
+
+  function bytesNow(v) { return v.bytes ? polyValue(v.bytes) : v.nbytes; }
+
   function valueLines(s, limit) {
     const shown = s.values.slice(0, limit).map((name) => {
       const v = data.values[name];
       if (!v) return el("div", { class: "value" }, [el("b", { text: name })]);
       return el("div", { class: "value" }, [
         el("b", { text: name }),
-        " " + v.op + " · " + v.dtype + v.shape + " · dim_order (" + v.dim_order.join(", ") +
-          ") · " + exactBytes(v.nbytes),
+        " " + v.op + " · " + v.dtype + shapeNow(v) + " · dim_order (" + v.dim_order.join(", ") +
+          ") · " + exactBytes(bytesNow(v)),
       ]);
     });
     if (s.values.length > limit) {
@@ -70,7 +83,7 @@
   // largest of its terms, a term a poly ([[coefficient, {dim: power}], ...]) plus polys each
   // rounded up to a multiple. Plain numbers: exact while every value stays below 2**53.
   const symbolic = data.symbolic || null;
-  const sizes = Object.fromEntries((symbolic ? symbolic.dims : []).map((d) => [d.name, d.upper]));
+  const sizes = Object.assign({}, symbolic ? symbolic.at : {});
 
   function polyValue(poly) {
     let total = 0;
@@ -130,9 +143,7 @@
     data.arena = exprValue(symbolic.arena);
     data.lower_bound = livePeak((s) => roundUp(exprValue(s.expr.need), symbolic.alignment)).bytes;
     data.peak = livePeak((s) => s.size);
-    fullView.y1 = yExtent();
-    view.y0 = fullView.y0;
-    view.y1 = fullView.y1;
+    resetPanels();
   }
 
   function setSize(name, value) {
@@ -165,9 +176,15 @@
   }
 
   // ---- summary, legend, peak ------------------------------------------------------------
+  // As report/figures.py's bound_ratio, at the current sizes.
   function ratioText() {
     if (data.lower_bound === 0) return "n/a (nothing to place)";
     return (data.arena / data.lower_bound).toFixed(3) + " (arena / lower bound)";
+  }
+
+  function term(label, children) {
+    const meaning = data.glossary[label];
+    return el("span", meaning ? { class: "term", title: label + ": " + meaning } : {}, children);
   }
 
   // The summary's rows; with dynamic dims, those that change with the sizes at the current ones.
@@ -185,7 +202,48 @@
 
   function drawSummary() {
     $("summary").replaceChildren(...summaryRows().map(([label, text]) =>
-      el("div", { class: "number" }, [el("span", { text: label }), el("b", { text: text })])));
+      el("div", { class: "number", "data-term": label, title: data.glossary[label] || "" },
+         [el("span", { text: label }), el("b", { text: text })])));
+  }
+
+  // What each term means, once, under the chart (the summary's tooltips say the same).
+  function drawGlossary() {
+    const entries = Object.entries(data.glossary).flatMap(([label, meaning]) =>
+      [el("dt", { text: label }), el("dd", { text: meaning })]);
+    $("glossary").replaceChildren(el("h2", { text: "Glossary" }), el("dl", {}, entries));
+  }
+
+  // A mark per rewrite above the summary: patched (the split and the grid), chunked.
+  function drawMarks() {
+    $("marks").replaceChildren(...data.marks.map((mark) =>
+      el("span", { class: "mark", "data-label": mark.label,
+                   title: mark.label + ": " + data.glossary[mark.label] },
+         [el("b", { text: mark.label }), " " + mark.summary])));
+  }
+
+  function drawSteps() {
+    const text = data.instance
+      ? "Steps are the instance's time: a buffer is live over [lower, upper)."
+      : data.placeholders
+        ? "Steps 0 to " + (data.placeholders - 1) + " are the program's " + data.placeholders +
+          " placeholders (inputs, weights, buffers): nothing runs there, so the chart starts " +
+          "at step " + data.x[0] + "."
+        : "";
+    $("steps").textContent = text;
+  }
+
+  // With banks: each bank's capacity, arena, bound, traffic and cost (report/banks.py's rows).
+  function drawBankTable() {
+    if (!data.bank_table) return;
+    const t = data.bank_table;
+    const head = el("tr", {}, t.columns.map((c) =>
+      el("th", { text: c, title: data.glossary[c] || "" })));
+    const rows = t.rows.map((row) => el("tr", { "data-bank": row[0] },
+                                        row.map((text) => el("td", { text: text }))));
+    $("banks").replaceChildren(el("h2", { text: "Memory banks" }),
+                               el("p", { id: "bank-title", text: t.title }),
+                               el("table", { class: "small", id: "bank-table" },
+                                  [el("thead", {}, [head]), el("tbody", {}, rows)]));
   }
 
   function drawLegend() {
@@ -196,8 +254,9 @@
       items.push(el("span", { class: "key" }, [el("i", { class: "region" }),
                                                "control-flow region (its subgraphs inside)"]));
     }
-    items.push(el("span", { class: "key" }, [el("i", { class: "bound" }),
-                                             "lower bound " + humanBytes(data.lower_bound)]));
+    items.push(el("span", { class: "key" }, [el("i", { class: "bound" }), data.banks.length
+      ? "each bank's lower bound (dotted: its capacity, when the axis reaches it)"
+      : "lower bound " + humanBytes(data.lower_bound)]));
     items.push(el("span", { class: "key" }, [el("i", { class: "peak" }),
                                              "peak step " + data.peak.step]));
     $("legend").replaceChildren(...items);
@@ -224,7 +283,8 @@
         (peak.regions.length ? "; regions " + peak.regions.join(", ") : "") + ".",
     ]);
     const table = el("table", { class: "small" }, [
-      el("thead", {}, [el("tr", {}, [el("th", { text: "storage" }), el("th", { text: "size" }),
+      el("thead", {}, [el("tr", {}, [el("th", { text: data.instance ? "buffer" : "storage" }),
+                                    el("th", { text: "size" }),
                                     el("th", { text: "values" })])]),
       el("tbody", {}, storageRows(peak.storages, 100)),
     ]);
@@ -237,35 +297,59 @@
   function drawSelected() {
     const s = state.selected === null ? null : byId.get(state.selected);
     if (!s) {
-      $("selected").replaceChildren(el("h2", { text: "Selected storage" }),
+      $("selected").replaceChildren(el("h2", { text: data.instance ? "Selected buffer"
+                                                                   : "Selected storage" }),
                                     el("p", { class: "more", text: "Click a rectangle or a row." }));
       return;
     }
     $("selected").replaceChildren(
-      el("h2", { text: "Storage " + s.id + " (" + s.kind + "): " +
-                 (s.values.length === 1 ? "1 value uses it"
-                                        : s.values.length + " values share it") }),
+      el("h2", { text: data.instance ? "Buffer " + s.values[0] : "Storage " + s.id + " (" +
+                 s.kind + "): " + (s.values.length === 1 ? "1 value uses it"
+                                                          : s.values.length + " values share it") }),
       el("p", { text: "offset " + exactBytes(s.offset) + ", size " + exactBytes(s.size) +
                       ", steps " + lifetime(s) }),
       ...valueLines(s, s.values.length));
   }
 
   // ---- the chart --------------------------------------------------------------------------
+  // One panel (an axis of its own) per memory bank, fastest at the top, or one for the arena.
+  // The steps are shared; each panel has its own bytes, bound and capacity. Offsets are within
+  // a storage's bank.
   const base = $("base");
   const over = $("over");
   const tip = $("tip");
-  function yExtent() { return Math.max(data.arena, data.lower_bound, 1) * 1.08; }
-  const fullView = { x0: data.x[0], x1: data.x[1], y0: 0, y1: yExtent() };
-  let view = Object.assign({}, fullView);
+  const panels = (data.banks.length ? data.banks : [null]).map((b) => ({
+    bank: b ? b.name : "", info: b, y0: 0, y1: 1, top: 0, height: 0 }));
+  const panelOf = new Map(panels.map((p) => [p.bank, p]));
+  const fullX = { x0: data.x[0], x1: data.x[1] };
+  let view = Object.assign({}, fullX);
   let box = { width: 0, height: 0 };
 
+  function arenaOf(p) { return p.info ? p.info.arena : data.arena; }
+  function boundOf(p) { return p.info ? p.info.lower_bound : data.lower_bound; }
+  function yExtent(p) { return Math.max(arenaOf(p), boundOf(p), 1) * 1.08; }
+
+  function resetPanels() {
+    for (const p of panels) { p.y0 = 0; p.y1 = yExtent(p); }
+  }
+
+  function layoutPanels() {
+    const title = data.banks.length ? PANEL_TITLE : 0;
+    const slot = (box.height - MARGIN.top - MARGIN.bottom + PANEL_GAP) / panels.length;
+    panels.forEach((p, i) => {
+      p.top = MARGIN.top + i * slot + title;
+      p.height = Math.max(slot - title - PANEL_GAP, 10);
+    });
+  }
+
   function plotWidth() { return box.width - MARGIN.left - MARGIN.right; }
-  function plotHeight() { return box.height - MARGIN.top - MARGIN.bottom; }
+  function plotBottom() { return box.height - MARGIN.bottom; }
   function sx(x) { return MARGIN.left + (x - view.x0) / (view.x1 - view.x0) * plotWidth(); }
-  function sy(y) { return MARGIN.top + (1 - (y - view.y0) / (view.y1 - view.y0)) * plotHeight(); }
+  function sy(y, p) { return p.top + (1 - (y - p.y0) / (p.y1 - p.y0)) * p.height; }
   function dataX(px) { return view.x0 + (px - MARGIN.left) / plotWidth() * (view.x1 - view.x0); }
-  function dataY(py) {
-    return view.y0 + (1 - (py - MARGIN.top) / plotHeight()) * (view.y1 - view.y0);
+  function dataY(py, p) { return p.y0 + (1 - (py - p.top) / p.height) * (p.y1 - p.y0); }
+  function panelAt(py) {
+    return panels.find((p) => p.top <= py && py < p.top + p.height) || null;
   }
 
   function resize() {
@@ -276,6 +360,7 @@
       canvas.height = Math.round(box.height * ratio);
       canvas.getContext("2d").setTransform(ratio, 0, 0, ratio, 0, 0);
     }
+    layoutPanels();
     drawChart();
     drawOverlay();
   }
@@ -288,146 +373,185 @@
     return 10 * magnitude;
   }
 
-  function drawAxes(ctx) {
+  function textStyle(ctx) {
     ctx.strokeStyle = "#333";
     ctx.fillStyle = "#333";
     ctx.lineWidth = 1;
+    ctx.setLineDash([]);
     ctx.font = "12px sans-serif";
-    ctx.strokeRect(MARGIN.left, MARGIN.top, plotWidth(), plotHeight());
+  }
+
+  // The steps under the lowest panel, once.
+  function drawStepAxis(ctx) {
+    textStyle(ctx);
     const xStep = niceStep(view.x1 - view.x0, 10, false);
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
     for (let x = Math.ceil(view.x0 / xStep) * xStep; x <= view.x1; x += xStep) {
-      ctx.fillText(String(x), sx(x), box.height - MARGIN.bottom + 4);
+      ctx.fillText(String(x), sx(x), plotBottom() + 4);
     }
-    ctx.fillText("step (top-level schedule)", MARGIN.left + plotWidth() / 2, box.height - 16);
-    const yStep = niceStep(view.y1 - view.y0, 8, true);
-    ctx.textAlign = "right";
-    ctx.textBaseline = "middle";
-    for (let y = Math.ceil(view.y0 / yStep) * yStep; y <= view.y1; y += yStep) {
-      ctx.fillText(humanBytes(y), MARGIN.left - 6, sy(y));
-    }
+    ctx.fillText(data.instance ? "step" : "step (top-level schedule)",
+                 MARGIN.left + plotWidth() / 2, box.height - 16);
   }
 
-  // Clear the canvas and clip drawing to the plot area (until ctx.restore()).
-  function startPlot(ctx) {
-    ctx.clearRect(0, 0, box.width, box.height);
+  // A panel's frame, its bytes and, with banks, its bank's name and figures above it.
+  function drawPanelAxes(ctx, p) {
+    textStyle(ctx);
+    ctx.strokeRect(MARGIN.left, p.top, plotWidth(), p.height);
+    const yStep = niceStep(p.y1 - p.y0, Math.max(2, Math.round(p.height / 45)), true);
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (let y = Math.ceil(p.y0 / yStep) * yStep; y <= p.y1; y += yStep) {
+      ctx.fillText(humanBytes(y), MARGIN.left - 6, sy(y, p));
+    }
+    if (!p.info) return;
+    ctx.textAlign = "left";
+    ctx.textBaseline = "bottom";
+    ctx.font = "bold 12px sans-serif";
+    ctx.fillText("bank " + p.bank + ": arena " + humanBytes(p.info.arena) + ", capacity " +
+                 (p.info.capacity === null ? "unbounded" : humanBytes(p.info.capacity)) +
+                 ", lower bound " + humanBytes(p.info.lower_bound) + "; traffic " +
+                 humanBytes(p.info.traffic) + " per run, cost " + p.info.cost,
+                 MARGIN.left, p.top - 3);
+  }
+
+  // Clear the canvas.
+  function startPlot(ctx) { ctx.clearRect(0, 0, box.width, box.height); }
+
+  // Clip drawing to a panel (until ctx.restore()).
+  function clipTo(ctx, p) {
     ctx.save();
     ctx.beginPath();
-    ctx.rect(MARGIN.left, MARGIN.top, plotWidth(), plotHeight());
+    ctx.rect(MARGIN.left, p.top, plotWidth(), p.height);
     ctx.clip();
   }
 
-  // Each memory bank's start as a solid line, labelled with its name, arena and capacity.
-  function drawBanks(ctx) {
-    ctx.setLineDash([]);
-    ctx.strokeStyle = "#333";
-    ctx.fillStyle = "#333";
-    ctx.lineWidth = 1.5;
-    for (const b of data.banks || []) {
-      ctx.beginPath();
-      ctx.moveTo(MARGIN.left, sy(b.base));
-      ctx.lineTo(MARGIN.left + plotWidth(), sy(b.base));
-      ctx.stroke();
-      ctx.fillText("bank " + b.name + ": " + humanBytes(b.arena) +
-                   (b.capacity === null ? "" : " of " + humanBytes(b.capacity)),
-                   MARGIN.left + 4, sy(b.base) - 4);
-    }
+  function horizontal(ctx, y, p, dash) {
+    ctx.setLineDash(dash);
+    ctx.beginPath();
+    ctx.moveTo(MARGIN.left, sy(y, p));
+    ctx.lineTo(MARGIN.left + plotWidth(), sy(y, p));
+    ctx.stroke();
   }
 
-  function drawChart() {
-    const started = performance.now();
-    const ctx = base.getContext("2d");
-    startPlot(ctx);
+  function drawStorages(ctx, p) {
+    const mine = storages.filter((s) => s.bank === p.bank);
     for (const [name, kind] of Object.entries(data.kinds)) {
       ctx.fillStyle = kind.colour;
       ctx.beginPath();
-      for (const s of storages) {
+      for (const s of mine) {
         if (s.kind !== name) continue;
         const left = sx(s.x0);
-        const top = sy(s.offset + s.size);
-        ctx.rect(left, top, Math.max(sx(s.x1) - left, 0.5), Math.max(sy(s.offset) - top, 0.5));
+        const top = sy(s.offset + s.size, p);
+        ctx.rect(left, top, Math.max(sx(s.x1) - left, 0.5), Math.max(sy(s.offset, p) - top, 0.5));
       }
       ctx.fill();
     }
     ctx.strokeStyle = "rgba(20, 20, 20, 0.55)";
     ctx.lineWidth = 0.5;
     ctx.beginPath();
-    for (const s of storages) {
+    for (const s of mine) {
       const left = sx(s.x0);
-      const top = sy(s.offset + s.size);
+      const top = sy(s.offset + s.size, p);
       const width = sx(s.x1) - left;
-      const height = sy(s.offset) - top;
+      const height = sy(s.offset, p) - top;
       if (width > 4 && height > 4) ctx.rect(left, top, width, height);
     }
     ctx.stroke();
+  }
+
+  // The peak band, the regions, the bound (dashed) and the capacity (dotted) of a panel.
+  function drawMarksOn(ctx, p) {
     const peakLeft = sx(data.peak.step);
     const peakWidth = Math.max(sx(data.peak.step + 1) - peakLeft, 1);
     ctx.fillStyle = data.peak_colour + "40";
-    ctx.fillRect(peakLeft, MARGIN.top, peakWidth, plotHeight());
+    ctx.fillRect(peakLeft, p.top, peakWidth, p.height);
     ctx.strokeStyle = data.peak_colour;
     ctx.lineWidth = 1;
-    ctx.strokeRect(peakLeft, MARGIN.top, peakWidth, plotHeight());
+    ctx.strokeRect(peakLeft, p.top, peakWidth, p.height);
     ctx.strokeStyle = data.region_colour;
     ctx.setLineDash([4, 3]);
     ctx.lineWidth = 1.5;
     for (const r of data.regions) {
-      ctx.strokeRect(sx(r.x0), sy(r.offset + r.size), sx(r.x1) - sx(r.x0),
-                     sy(r.offset) - sy(r.offset + r.size));
+      if (r.bank !== p.bank) continue;
+      ctx.strokeRect(sx(r.x0), sy(r.offset + r.size, p), sx(r.x1) - sx(r.x0),
+                     sy(r.offset, p) - sy(r.offset + r.size, p));
     }
     ctx.strokeStyle = "#000";
-    ctx.setLineDash([6, 4]);
     ctx.lineWidth = 1;
-    ctx.beginPath();
-    ctx.moveTo(MARGIN.left, sy(data.lower_bound));
-    ctx.lineTo(MARGIN.left + plotWidth(), sy(data.lower_bound));
-    ctx.stroke();
-    drawBanks(ctx);
-    ctx.restore();
-    drawAxes(ctx);
+    horizontal(ctx, boundOf(p), p, [6, 4]);
+    if (p.info && p.info.capacity !== null) horizontal(ctx, p.info.capacity, p, [2, 3]);
+  }
+
+  function drawChart() {
+    const started = performance.now();
+    const ctx = base.getContext("2d");
+    startPlot(ctx);
+    for (const p of panels) {
+      clipTo(ctx, p);
+      drawStorages(ctx, p);
+      drawMarksOn(ctx, p);
+      ctx.restore();
+      drawPanelAxes(ctx, p);
+    }
+    drawStepAxis(ctx);
     timings.draw = performance.now() - started;
   }
 
   function outline(ctx, s, colour, width) {
+    const p = panelOf.get(s.bank);
     ctx.strokeStyle = colour;
     ctx.lineWidth = width;
     const left = sx(s.x0);
-    const top = sy(s.offset + s.size);
-    ctx.strokeRect(left, top, Math.max(sx(s.x1) - left, 1), Math.max(sy(s.offset) - top, 1));
+    const top = sy(s.offset + s.size, p);
+    ctx.strokeRect(left, top, Math.max(sx(s.x1) - left, 1), Math.max(sy(s.offset, p) - top, 1));
   }
 
   function drawOverlay() {
     const ctx = over.getContext("2d");
     startPlot(ctx);
-    if (state.selected !== null) {
-      const s = byId.get(state.selected);
-      ctx.fillStyle = "rgba(255, 255, 255, 0.45)";
-      ctx.fillRect(0, 0, box.width, box.height);
-      ctx.fillStyle = data.kinds[s.kind].colour;
-      const left = sx(s.x0);
-      const top = sy(s.offset + s.size);
-      ctx.fillRect(left, top, Math.max(sx(s.x1) - left, 1), Math.max(sy(s.offset) - top, 1));
-      outline(ctx, s, "#000", 3);
+    const selected = state.selected === null ? null : byId.get(state.selected);
+    for (const p of panels) {
+      clipTo(ctx, p);
+      if (selected) {
+        ctx.fillStyle = "rgba(255, 255, 255, 0.45)";
+        ctx.fillRect(0, 0, box.width, box.height);
+      }
+      if (selected && selected.bank === p.bank) {
+        ctx.fillStyle = data.kinds[selected.kind].colour;
+        const left = sx(selected.x0);
+        const top = sy(selected.offset + selected.size, p);
+        ctx.fillRect(left, top, Math.max(sx(selected.x1) - left, 1),
+                     Math.max(sy(selected.offset, p) - top, 1));
+        outline(ctx, selected, "#000", 3);
+      }
+      const hovered = state.hover === null ? null : byId.get(state.hover);
+      if (hovered && hovered.bank === p.bank) outline(ctx, hovered, "#ff8c00", 2);
+      ctx.restore();
     }
-    if (state.hover !== null) outline(ctx, byId.get(state.hover), "#ff8c00", 2);
-    ctx.restore();
   }
 
   function storageAt(px, py) {
+    const p = panelAt(py);
+    if (!p) return null;
     const x = dataX(px);
-    const y = dataY(py);
+    const y = dataY(py, p);
     for (let i = storages.length - 1; i >= 0; --i) {
       const s = storages[i];
-      if (s.x0 <= x && x < s.x1 && s.offset <= y && y < s.offset + s.size) return s;
+      if (s.bank === p.bank && s.x0 <= x && x < s.x1 && s.offset <= y && y < s.offset + s.size) {
+        return s;
+      }
     }
     return null;
   }
 
   function regionAt(px, py) {
+    const p = panelAt(py);
+    if (!p) return null;
     const x = dataX(px);
-    const y = dataY(py);
-    return data.regions.find((r) => r.x0 <= x && x < r.x1 && r.offset <= y &&
-                                    y < r.offset + r.size) || null;
+    const y = dataY(py, p);
+    return data.regions.find((r) => r.bank === p.bank && r.x0 <= x && x < r.x1 &&
+                                    r.offset <= y && y < r.offset + r.size) || null;
   }
 
   function showTip(event, children) {
@@ -440,30 +564,44 @@
     tip.style.top = (y + tip.offsetHeight > box.height ? y - tip.offsetHeight - 20 : y) + "px";
   }
 
+  function storageTip(s) {
+    const head = data.instance ? "buffer " + s.values[0]
+      : "storage " + s.id + " · " + s.kind + (s.bank ? " · bank " + s.bank : "");
+    return [
+      el("div", { class: "tip-head", text: head }),
+      el("div", { text: "offset " + exactBytes(s.offset) + " · size " + exactBytes(s.size) +
+                        " (" + humanBytes(s.size) + ")" }),
+      el("div", { text: "lifetime: steps " + lifetime(s) }),
+      ...(data.instance ? [] : valueLines(s, TIP_VALUES)),
+    ];
+  }
+
+  function pan(px, py) {
+    const drag = state.drag;
+    const dx = (px - drag.px) / plotWidth() * (drag.view.x1 - drag.view.x0);
+    view = { x0: drag.view.x0 - dx, x1: drag.view.x1 - dx };
+    if (drag.panel) {
+      const p = drag.panel;
+      const dy = (py - drag.py) / p.height * (drag.y1 - drag.y0);
+      p.y0 = drag.y0 + dy;
+      p.y1 = drag.y1 + dy;
+    }
+    drag.moved = true;
+    schedule();
+  }
+
   function hover(event) {
     const bounds = over.getBoundingClientRect();
     const px = event.clientX - bounds.left;
     const py = event.clientY - bounds.top;
     if (state.drag) {
-      const dx = (px - state.drag.px) / plotWidth() * (view.x1 - view.x0);
-      const dy = (py - state.drag.py) / plotHeight() * (view.y1 - view.y0);
-      view = { x0: state.drag.view.x0 - dx, x1: state.drag.view.x1 - dx,
-               y0: state.drag.view.y0 + dy, y1: state.drag.view.y1 + dy };
-      state.drag.moved = true;
-      schedule();
+      pan(px, py);
       return;
     }
     const s = storageAt(px, py);
     state.hover = s ? s.id : null;
     if (s) {
-      showTip(event, [
-        el("div", { class: "tip-head", text: "storage " + s.id + " · " + s.kind +
-                                              (s.bank ? " · bank " + s.bank : "") }),
-        el("div", { text: "offset " + exactBytes(s.bank ? s.in_bank : s.offset) + " · size " +
-                          exactBytes(s.size) + " (" + humanBytes(s.size) + ")" }),
-        el("div", { text: "lifetime: steps " + lifetime(s) }),
-        ...valueLines(s, TIP_VALUES),
-      ]);
+      showTip(event, storageTip(s));
     } else {
       const r = regionAt(px, py);
       if (r) {
@@ -489,10 +627,12 @@
     event.preventDefault();
     const bounds = over.getBoundingClientRect();
     const factor = event.deltaY < 0 ? 0.8 : 1.25;
+    const p = panelAt(event.clientY - bounds.top);
     if (event.shiftKey) {
-      const y = dataY(event.clientY - bounds.top);
-      view.y0 = Math.max(0, y - (y - view.y0) * factor);
-      view.y1 = y + (view.y1 - y) * factor;
+      if (!p) return;
+      const y = dataY(event.clientY - bounds.top, p);
+      p.y0 = Math.max(0, y - (y - p.y0) * factor);
+      p.y1 = y + (p.y1 - y) * factor;
     } else {
       const x = dataX(event.clientX - bounds.left);
       view.x0 = x - (x - view.x0) * factor;
@@ -516,17 +656,19 @@
   }
 
   // ---- the storage table ------------------------------------------------------------------
+  // A DSA instance's buffers have no kind and no graph; only banked plans have a bank column.
   const COLUMNS = [
     { key: "id", label: "id", value: (s) => s.id },
-    { key: "values", label: "values", value: (s) => s.values.join(", ") },
-    { key: "kind", label: "kind", value: (s) => s.kind },
-    { key: "offset", label: "offset", value: (s) => (s.bank ? s.in_bank : s.offset) },
+    { key: "values", label: data.instance ? "buffer" : "values", value: (s) => s.values.join(", ") },
+    ...(data.instance ? [] : [{ key: "kind", label: "kind", value: (s) => s.kind }]),
+    { key: "offset", label: "offset", value: (s) => s.offset },
     { key: "size", label: "size", value: (s) => s.size },
     { key: "start", label: "start", value: (s) => s.start },
     { key: "end", label: "end", value: (s) => s.end },
     { key: "lifetime", label: "lifetime (steps)", value: (s) => s.end - s.start },
-    { key: "graph", label: "graph", value: (s) => s.graph || "(top level)" },
-    ...((data.banks || []).length ? [{ key: "bank", label: "bank", value: (s) => s.bank }] : []),
+    ...(data.instance ? [] : [{ key: "graph", label: "graph",
+                                value: (s) => s.graph || "(top level)" }]),
+    ...(data.banks.length ? [{ key: "bank", label: "bank", value: (s) => s.bank }] : []),
   ];
 
   function drawTableHead() {
@@ -590,8 +732,11 @@
   });
   over.addEventListener("mousedown", (event) => {
     const bounds = over.getBoundingClientRect();
-    state.drag = { px: event.clientX - bounds.left, py: event.clientY - bounds.top,
-                   view: Object.assign({}, view), moved: false };
+    const py = event.clientY - bounds.top;
+    const panel = panelAt(py);
+    state.drag = { px: event.clientX - bounds.left, py: py, view: Object.assign({}, view),
+                   panel: panel, y0: panel ? panel.y0 : 0, y1: panel ? panel.y1 : 0,
+                   moved: false };
   });
   over.addEventListener("mouseup", (event) => {
     const moved = state.drag && state.drag.moved;
@@ -602,7 +747,11 @@
     select(s ? s.id : null);
   });
   over.addEventListener("wheel", zoom, { passive: false });
-  over.addEventListener("dblclick", () => { view = Object.assign({}, fullView); schedule(); });
+  over.addEventListener("dblclick", () => {
+    view = Object.assign({}, fullX);
+    resetPanels();
+    schedule();
+  });
   $("filter").addEventListener("input", (event) => {
     state.filter = event.target.value;
     drawTableBody();
@@ -610,12 +759,17 @@
   new ResizeObserver(resize).observe(base);
 
   const started = performance.now();
+  resetPanels();
   if (symbolic) applySizes();
   drawDims();
+  drawMarks();
   drawSummary();
   drawLegend();
   drawPeak();
   drawSelected();
+  drawSteps();
+  drawBankTable();
+  drawGlossary();
   drawTableHead();
   drawTableBody();
   resize();
@@ -628,7 +782,13 @@
     select: select,
     pointOf: function (id) {
       const s = byId.get(id);
-      return [(sx(s.x0) + sx(s.x1)) / 2, (sy(s.offset) + sy(s.offset + s.size)) / 2];
+      const p = panelOf.get(s.bank);
+      return [(sx(s.x0) + sx(s.x1)) / 2, (sy(s.offset, p) + sy(s.offset + s.size, p)) / 2];
+    },
+    // Each panel's bank and its top and bottom (CSS pixels), and its bytes' range.
+    panels: function () {
+      return panels.map((p) => ({ bank: p.bank, top: p.top, bottom: p.top + p.height,
+                                  y0: p.y0, y1: p.y1 }));
     },
   };
 })();

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
 
 from rich.console import Group
 from rich.table import Table
@@ -11,6 +11,8 @@ from rich.text import Text
 from tensorplan.formats.encoding import dtype_name
 from tensorplan.plan.plan import MemoryPlan, PlannedStorage
 from tensorplan.program import Program
+from tensorplan.report.figures import plan_numbers
+from tensorplan.report.glossary import caption
 from tensorplan.report.text import bytes_text, shape_text
 from tensorplan.specs.spec import SpecTable
 
@@ -39,57 +41,14 @@ def spec_table(specs: SpecTable, title: str = "Tensor specs") -> Table:
     return table
 
 
-def _ratio(plan: MemoryPlan) -> str:
-    if plan.lower_bound_bytes == 0:
-        return "n/a (nothing to place)"
-    return f"{plan.arena_bytes / plan.lower_bound_bytes:.3f} (arena / lower bound)"
-
-
-def _kinds(plan: MemoryPlan) -> str:
-    counts = Counter(s.kind for s in plan.storages.values())
-    detail = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
-    return f"{len(plan.storages)} ({detail})" if counts else "0"
-
-
-def plan_numbers(plan: MemoryPlan) -> list[tuple[str, str]]:
-    """The plan's headline numbers as (label, text): arena, lower bound, ratio, algorithm, ..."""
-    return [
-        ("arena", bytes_text(plan.arena_bytes)),
-        ("lower bound", bytes_text(plan.lower_bound_bytes)),
-        ("ratio", _ratio(plan)),
-        ("baseline bound", _baseline(plan)),
-        ("order", plan.order),
-        ("constants", _constants(plan)),
-        ("algorithm", plan.algorithm),
-        ("optimal", "yes" if plan.optimal else "not proven"),
-        ("alignment", f"{plan.alignment} B"),
-        ("storages", _kinds(plan)),
-        ("regions", str(len(plan.regions))),
-    ]
-
-
-def _baseline(plan: MemoryPlan) -> str:
-    """The bound before reuse, reordering and folding, and how far the arena is below it."""
-    if not plan.baseline_bound_bytes:
-        return "-"
-    share = plan.arena_bytes / plan.baseline_bound_bytes
-    return f"{bytes_text(plan.baseline_bound_bytes)} (arena {share:.2f}x)"
-
-
-def _constants(plan: MemoryPlan) -> str:
-    """Bytes of the constants the runs read, and before folding when that changed them."""
-    if plan.constant_bytes == plan.baseline_constant_bytes:
-        return bytes_text(plan.constant_bytes)
-    before = bytes_text(plan.baseline_constant_bytes)
-    return f"{bytes_text(plan.constant_bytes)} (before folding {before})"
-
-
-def overview_table(plan: MemoryPlan) -> Table:
-    """Two columns: the plan's headline numbers (``plan_numbers``)."""
-    table = Table(title="Memory plan", show_header=False)
+def overview_table(plan: MemoryPlan, at: Mapping[str, int] | None = None) -> Table:
+    """Two columns: the plan's headline numbers (``plan_numbers``, at the sizes ``at``); the
+    caption says what its bounds are."""
+    table = Table(title="Memory plan", show_header=False,
+                  caption=caption(("lower bound", "baseline bound")), caption_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value", justify="right")
-    for label, text in plan_numbers(plan):
+    for label, text in plan_numbers(plan, at):
         table.add_row(label, text)
     return table
 
@@ -100,16 +59,30 @@ def _values_text(storage: PlannedStorage) -> str:
     return f"{shown} +{hidden} more" if hidden > 0 else shown
 
 
-def _largest(storages: list[PlannedStorage], top: int) -> list[PlannedStorage]:
-    """The ``top`` largest storages, largest first (ties by id)."""
-    return sorted(storages, key=lambda s: (-s.size, s.id))[:top]
+def _largest_first(plan: MemoryPlan) -> list[PlannedStorage]:
+    """The plan's storages, largest first (ties by id)."""
+    return sorted(plan.storages.values(), key=lambda s: (-s.size, s.id))
+
+
+def _rest(hidden: list[PlannedStorage]) -> str | None:
+    """The line under the storage table for the storages not shown: how many, their bytes."""
+    if not hidden:
+        return None
+    return (f"and {len(hidden)} more storage{'s' if len(hidden) != 1 else ''}, "
+            f"{bytes_text(sum(s.size for s in hidden))} in all")
 
 
 def storage_table(plan: MemoryPlan, top: int = 10) -> Table:
-    """The ``top`` largest storages with offset, size, lifetime ``[start, end)``, kind, values."""
-    rows = _largest(list(plan.storages.values()), top)
-    table = Table(title=f"Largest {len(rows)} of {len(plan.storages)} storages")
+    """The ``top`` largest storages with offset, size, lifetime ``[start, end)``, kind, values
+    (with banks: the bank each lives in, its offset inside that bank's arena); the rest are
+    counted and summed in the caption."""
+    ranked = _largest_first(plan)
+    rows = ranked[:top]
+    table = Table(title=f"Largest {len(rows)} of {len(plan.storages)} storages",
+                  caption=_rest(ranked[top:]))
     table.add_column("id", justify="right")
+    if plan.banks:
+        table.add_column("bank", no_wrap=True)
     table.add_column("offset", justify="right", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
     table.add_column("lifetime", no_wrap=True)
@@ -117,16 +90,19 @@ def storage_table(plan: MemoryPlan, top: int = 10) -> Table:
     table.add_column("values", overflow="fold")
     for s in rows:
         where = f" in {s.graph}" if s.graph else ""
-        table.add_row(str(s.id), f"{s.offset:,}", bytes_text(s.size),
+        bank = (s.bank,) if plan.banks else ()
+        table.add_row(str(s.id), *bank, f"{s.offset:,}", bytes_text(s.size),
                       Text(f"[{s.start}, {s.end}){where}"), s.kind, Text(_values_text(s)))
     return table
 
 
-def plan_summary(planned: Program | MemoryPlan, top: int = 10, title: str = "") -> Group:
-    """The plan's overview table followed by its ``top`` largest storages, as one renderable
-    (``title`` added to the overview's: the sizes a plan is shown at)."""
+def plan_summary(planned: Program | MemoryPlan, top: int = 10, title: str = "",
+                 at: Mapping[str, int] | None = None) -> Group:
+    """The plan's overview table followed by its ``top`` largest storages, as one renderable,
+    at the sizes ``at`` of the dynamic dims (``title`` added to the overview's: the sizes a
+    plan is shown at)."""
     plan = planned.plan if isinstance(planned, Program) else planned
-    overview = overview_table(plan)
+    overview = overview_table(plan, at)
     if title:
         overview.title = f"{overview.title} {title}"
-    return Group(overview, storage_table(plan, top))
+    return Group(overview, storage_table(plan.at(**at) if at else plan, top))

@@ -11,7 +11,7 @@ import tensorplan as tp
 from tensorplan import zoo
 from tensorplan.cli import main
 from tensorplan.cli.options import parse_bytes
-from tensorplan.plan.budget import check_arena
+from tensorplan.plan.budget import COMMAND_LINE, Rewrite, check_arena, largest_fitting
 from tensorplan.plan.plan import MemoryPlan, PlannedStorage
 
 
@@ -34,8 +34,8 @@ def test_over_the_lower_bound_the_error_says_how_much_where_and_what_is_live():
         check_arena(plan_of(112, 96), 80)
     assert str(info.value) == (
         "plan: the arena needs 112 B, 32 B over the budget of 80 B; the peak is at step 1, "
-        "96 B live, the largest there: x 64 B, relu 32 B; no plan of this program fits: its "
-        "lower bound is 96 B; lower the Dim maxima or the batch, or split the model")
+        "96 B live, the largest there: x 64 B, relu 32 B; no plan of this program as compiled "
+        "fits: its lower bound is 96 B; lower the batch or the input sizes, or split the model")
 
 
 def test_between_the_lower_bound_and_the_arena_the_error_suggests_the_optimal_planner():
@@ -95,3 +95,86 @@ def test_cli_max_arena_fails_with_one_line_or_prints_the_headroom(capsys):
     assert error.count("\n") == 1
     assert main(["plan", "zoo:mlp", "--max-arena", "1MiB"]) == 0
     assert "fits the budget of 1,048,576 B with " in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt() -> tuple[zoo.Example, tp.Program]:
+    """zoo:tiny_gpt (seq in [2, 128]) and its program, whose arena at seq=128 is 655,872 B."""
+    example = zoo.example("tiny_gpt")
+    return example, tp.compile(example.model, example.args,
+                               dynamic_shapes=example.dynamic_shapes)
+
+
+def test_the_largest_fitting_size_fits_and_the_next_does_not(tiny_gpt):
+    _, prog = tiny_gpt
+    plan, budget = prog.plan, 300_000
+    (seq,) = plan.symbolic.dims
+    size = largest_fitting(plan, seq, budget)
+    assert size == 82
+    assert plan.arena_bytes_at(seq=size) <= budget < plan.arena_bytes_at(seq=size + 1)
+    assert largest_fitting(plan, seq, plan.arena_bytes_at(seq=2) - 1) is None
+    assert largest_fitting(plan, seq, plan.arena_bytes) == 128
+
+
+def test_a_dynamic_model_over_budget_is_told_the_largest_size_that_fits(tiny_gpt, capsys):
+    example, prog = tiny_gpt
+    fits = prog.plan.arena_bytes_at(seq=82)
+    hint = f"at seq <= 82 the arena is {fits:,} B, within the budget: give seq max=82"
+    with pytest.raises(tp.PlanError) as info:
+        tp.compile(example.model, example.args, dynamic_shapes=example.dynamic_shapes,
+                   max_arena_bytes=300_000)
+    assert str(info.value).endswith(
+        "no plan of this program as compiled fits: its lower bound is 655,872 B; " + hint)
+    assert "Dim maxima" not in str(info.value)
+    assert main(["plan", "zoo:tiny_gpt", "--max-arena", "300000"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(hint)
+
+
+def test_a_cnn_over_budget_is_told_the_arena_patches_reach(capsys):
+    """zoo:convnet: 393,216 B as exported (its lower bound too), less patch by patch."""
+    example = zoo.example("convnet")
+    patched = tp.compile(example.model, example.args, patches="auto").patching.chosen
+    assert patched.split and patched.arena_bytes < 300_000
+    with pytest.raises(tp.PlanError) as info:
+        tp.compile(example.model, example.args, max_arena_bytes=300_000)
+    assert str(info.value).endswith(
+        "no plan of this program as compiled fits: its lower bound is 393,216 B; "
+        f'patches="auto" plans {patched.arena_bytes:,} B, within the budget')
+    assert main(["plan", "zoo:convnet", "--max-arena", "300000"]) == 2
+    error = capsys.readouterr().err
+    assert error.rstrip().endswith(f"; --patches auto plans {patched.arena_bytes:,} B, within "
+                                   "the budget")
+    assert "Dim" not in error
+
+
+def test_a_static_transformer_over_budget_is_told_the_arena_chunks_reach():
+    """tiny_gpt at 128 tokens, static: 655,872 B as exported, about half in chunks."""
+    model, tokens = zoo.example("tiny_gpt").model, (torch.randint(0, 256, (1, 128)),)
+    chunked = tp.compile(model, tokens, chunks="auto").chunking.chosen
+    assert chunked.chunks > 1
+    with pytest.raises(tp.PlanError) as info:
+        tp.compile(model, tokens, max_arena_bytes=chunked.arena_bytes)
+    assert str(info.value).endswith(
+        f'its lower bound is 655,872 B; chunks="auto" plans {chunked.arena_bytes:,} B, within '
+        "the budget")
+
+
+def test_rewrites_are_listed_those_that_fit_first_in_the_spelling_asked_for():
+    asked = []
+
+    def rewrites() -> list[Rewrite]:
+        asked.append(True)
+        return [Rewrite("patches", 90), Rewrite("chunks", 70), Rewrite("patches", 112)]
+    assert check_arena(plan_of(112, 96), 112, rewrites) == 0
+    assert not asked  # only made for an arena over its budget
+    with pytest.raises(tp.PlanError) as info:
+        check_arena(plan_of(112, 96), 80, rewrites, COMMAND_LINE)
+    assert str(info.value).endswith(
+        "no plan of this program as compiled fits: its lower bound is 96 B; --chunks auto "
+        "plans 70 B, within the budget; --patches auto plans 90 B (still over)")
+    with pytest.raises(tp.PlanError) as info:
+        check_arena(plan_of(112, 96), 100, rewrites)
+    assert str(info.value).endswith(
+        "its lower bound of 96 B fits: try algorithm='optimal' with a longer time_limit; "
+        'chunks="auto" plans 70 B, within the budget; patches="auto" plans 90 B, within the '
+        "budget")

@@ -212,6 +212,37 @@ def test_cli_bank_costs_default_to_ten_times_the_one_before(capsys) -> None:
                     if line.startswith(f"│ {name} ")).rstrip(" │").endswith(cost)
 
 
+def test_a_bank_too_small_for_the_constants_names_the_one_to_read_them_from(capsys) -> None:
+    """zoo:mlp's 76,840 B of constants do not fit a 1 KiB slowest bank: the error says how to
+    read them from sram in Python and on the command line, and both ways do it."""
+    from tensorplan import zoo
+    from tensorplan.cli import main
+
+    example = zoo.example("mlp")
+    banks = [tp.Bank("sram", 1024 * KIB, 1.0), tp.Bank("dram", KIB, 10.0)]
+    advice = ("banks: the constants read from 'dram' take 76840 B of its 1024 B; give it more "
+              "capacity or read them from 'sram': constants_bank='sram' (--constants-bank sram "
+              "on the command line)")
+    with pytest.raises(PlanError) as info:
+        tp.compile(example.model, example.args, banks=banks)
+    assert str(info.value) == advice
+    cli = ["plan", "zoo:mlp", "--bank", "sram=1MiB", "--bank", "dram=1KiB@10"]
+    assert main(cli) == 2
+    assert capsys.readouterr().err.strip() == f"tensorplan plan: error: {advice}"
+    plan = tp.compile(example.model, example.args, banks=banks, constants_bank="sram").plan
+    assert [b.constant_bytes for b in plan.banks] == [76840, 0]
+    assert main([*cli, "--constants-bank", "sram"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ sram"))
+    assert "76,840 B (75.0 KiB)" in row
+
+
+def test_the_constants_bank_option_needs_banks(capsys) -> None:
+    from tensorplan.cli import main
+
+    assert main(["plan", "zoo:mlp", "--constants-bank", "sram"]) == 2
+    assert "--constants-bank need --bank" in capsys.readouterr().err
+
+
 CHECK_BANKS_C = r"""
 #include <stdio.h>
 #include "plan.h"
@@ -286,7 +317,8 @@ def test_the_picture_labels_each_bank(tmp_path) -> None:
     prog, _ = _hot()
     plot_timeline(prog, tmp_path / "hot.svg", "hot")
     svg = (tmp_path / "hot.svg").read_text()
-    assert "bank sram: 16.1 KiB of 16.1 KiB" in svg and "bank dram: 24.0 KiB" in svg
+    assert "bank sram: arena 16,448 B (16.1 KiB) of capacity 16,448 B (16.1 KiB)" in svg
+    assert "bank dram: arena 24,576 B (24.0 KiB) of capacity unbounded" in svg
 
 
 def test_a_value_read_early_is_spilled_so_that_a_busier_one_gets_the_fast_bank() -> None:

@@ -88,6 +88,23 @@ def test_algorithm_and_alignment_options(capsys):
     assert _field(out, "alignment") == "64 B"
 
 
+def test_top_prints_that_many_storages_with_their_banks_and_sums_the_rest(tmp_path, capsys):
+    saved = tmp_path / "plan.json"
+    assert main(["plan", "zoo:tiny_gpt", "--top", "3", "--bank", "sram=128KiB", "--bank",
+                 "dram", "--json", str(saved)]) == 0
+    out = capsys.readouterr().out
+    storages = sorted(json.loads(saved.read_text())["storages"],
+                      key=lambda s: (-s["size"], s["id"]))
+    table = out.split(f"Largest 3 of {len(storages)} storages")[1].split("└")[0]
+    rows = [[cell.strip() for cell in line.strip("│").split("│")]
+            for line in table.splitlines() if line.startswith("│")]
+    assert [row[:3] for row in rows] == [[str(s["id"]), s["bank"], f"{s['offset']:,}"]
+                                         for s in storages[:3]]
+    assert {s["bank"] for s in storages} == {"sram", "dram"}
+    rest = sum(s["size"] for s in storages[3:])
+    assert re.search(rf"and {len(storages) - 3} more storages, {rest:,} B \(.*\) in all", out)
+
+
 def test_output_files(tmp_path, capsys, mlp_arena):
     files = {flag: tmp_path / name for flag, name in (
         ("--json", "plan.json"), ("--header", "plan.h"), ("--timeline", "plan.png"),

@@ -22,7 +22,7 @@ from tensorplan.formats.artifact import read_artifact, write_artifact
 from tensorplan.frontend.capture import capture
 from tensorplan.frontend.roles import Roles, read_roles
 from tensorplan.internal import stage
-from tensorplan.plan.budget import check_arena
+from tensorplan.plan.budget import Rewrite, check_arena
 from tensorplan.plan.plan import MemoryPlan, PlanOptions, plan_memory
 from tensorplan.plan.planners import PlannerParams
 from tensorplan.plan.symbolic.stack import with_symbolic
@@ -37,6 +37,8 @@ from tensorplan.schedule.order import Order, scheduled_nodes
 from tensorplan.schedule.schedule import Schedule, ScheduleOptions, schedule
 from tensorplan.specs.propagate import propagate
 from tensorplan.specs.spec import SpecTable
+
+MAX_PATCH_OVERHEAD = 1.25  # patches' default multiply-add budget (``compile(max_overhead=)``)
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ class Program:
 
         By default outputs are fresh tensors. With ``copy_outputs=False`` they are views into the
         arena, valid only until the next run. Raises ``InputError`` for inputs that do not match
-        the compiled signature (count, dtype, rank, a dim outside its range). Calls from several
+        the compiled signature (count, dtype, rank, a dim outside its range) or whose values an
+        op refuses as eager does (an index out of range). Calls from several
         threads are serialised; use one ``runner()`` per thread to run in parallel.
         """
         return self.default_runner.run(*args, copy_outputs=copy_outputs, **kwargs)
@@ -141,7 +144,7 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
             time_limit: float | None = None, reuse: bool = True, reorder: bool = True,
             fold: bool = True, planner_params: PlannerParams | None = None,
             max_arena_bytes: int | None = None, patches: str | tuple[int, int] | None = None,
-            max_overhead: float = 1.25, chunks: str | int | None = None,
+            max_overhead: float = MAX_PATCH_OVERHEAD, chunks: str | int | None = None,
             banks: Sequence[Bank] | None = None,
             pin: Mapping[str, str] | None = None,
             constants_bank: str | None = None) -> Program:
@@ -182,49 +185,42 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
     """
     with stage("capture"):
         program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
-    switches = ScheduleOptions(reuse, reorder, fold)
-    prepared: dict[int, tuple[ExportedProgram, _Prepared]] = {}
-
-    def prepare(candidate: ExportedProgram) -> _Prepared:
-        """Each candidate's roles, specs, schedule and lifetimes made once per compile."""
-        if id(candidate) not in prepared:
-            prepared[id(candidate)] = (candidate, _prepare(candidate, alignment, switches))
-        return prepared[id(candidate)][1]
-
-    def arena_of(candidate: ExportedProgram) -> int:
-        ready = prepare(candidate)
-        return _planned(ready.lives, ready.chosen,
-                        PlanOptions(algorithm="greedy", alignment=alignment)).arena_bytes
+    candidates = Candidates(alignment, ScheduleOptions(reuse, reorder, fold))
 
     def chunked(candidate: ExportedProgram) -> tuple[ExportedProgram, Chunking]:
         with stage("chunks", candidate):
-            return choose_chunks(candidate, chunks, arena_of)
+            return choose_chunks(candidate, chunks, candidates.arena_of)
 
     patching = chunking = None
     if chunks is not None:  # first: a patching is judged against the peak chunks leave
         program, chunking = chunked(program)
     if patches is not None:
         with stage("patches", program):
-            program, patching = choose_patches(program, patches, max_overhead, arena_of)
+            program, patching = choose_patches(program, patches, max_overhead,
+                                               candidates.arena_of)
         if chunking is not None and chunking.chosen.chunks == 1 and patching.chosen.split:
             program, chunking = chunked(program)  # the patches may have left the layers' peak
-    ready = prepare(program)
+    ready = candidates.prepare(program)
     roles, specs, chosen, lives = ready.roles, ready.specs, ready.chosen, ready.lives
     options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,
                           params=PlannerParams() if planner_params is None else planner_params)
     request = None
     if banks is not None or pin or constants_bank is not None:
         if banks is None:
-            raise InputError("banks: pin= and constants_bank= need banks=[tp.Bank(...), ...]")
+            raise InputError("banks: pin= and constants_bank= need banks=[tp.Bank(...), ...] "
+                             "(on the command line: --pin and --constants-bank need --bank)")
         step_names = [n.name for n in scheduled_nodes(program.graph, chosen.order)]
         request = bank_request(program, specs, chosen.alias, chosen.folded.computed,
                                step_names, chosen.constant_bytes, banks, pin, constants_bank,
                                time_limit)
     with stage("plan", program):
         plan = _planned(lives, chosen, options, request)
-        check_arena(plan, max_arena_bytes)
     with stage("symbolic plan", program):
         plan = with_symbolic(plan, program, specs, chosen.alias, roles)
+    with stage("plan", program):  # with the symbolic plan: the largest sizes that fit
+        check_arena(plan, max_arena_bytes,
+                    lambda: untried_rewrites(program, candidates, patches is None,
+                                             chunks is None, max_overhead))
     if os.environ.get("TENSORPLAN_DEBUG") == "1":
         _debug_summary(specs, chosen, plan)
     with stage("alias", program):
@@ -240,6 +236,49 @@ class _Prepared:
     specs: SpecTable
     chosen: Schedule
     lives: Mapping[str, GraphLifetimes]
+
+
+class Candidates:
+    """The programs a compile plans from (as exported, patched, chunked), each prepared once:
+    its roles, specs, schedule and lifetimes (``prepare``), and its greedy arena (``arena_of``,
+    what the rewrites choose by)."""
+
+    def __init__(self, alignment: int, switches: ScheduleOptions) -> None:
+        self.alignment, self.switches = alignment, switches
+        self._prepared: dict[int, tuple[ExportedProgram, _Prepared]] = {}  # id -> (it, its)
+
+    def prepare(self, candidate: ExportedProgram) -> _Prepared:
+        """The candidate's roles, specs, schedule and lifetimes (made on first use)."""
+        if id(candidate) not in self._prepared:
+            self._prepared[id(candidate)] = (
+                candidate, _prepare(candidate, self.alignment, self.switches))
+        return self._prepared[id(candidate)][1]
+
+    def arena_of(self, candidate: ExportedProgram) -> int:
+        """The arena tensorplan's greedy plans for the candidate."""
+        ready = self.prepare(candidate)
+        return _planned(ready.lives, ready.chosen,
+                        PlanOptions(algorithm="greedy", alignment=self.alignment)).arena_bytes
+
+
+def untried_rewrites(program: ExportedProgram, candidates: Candidates, patches: bool,
+                     chunks: bool, max_overhead: float = MAX_PATCH_OVERHEAD
+                     ) -> tuple[Rewrite, ...]:
+    """What ``chunks="auto"`` (when ``chunks``) and ``patches="auto"`` (when ``patches``; it
+    declines a program with dynamic dims) would plan for ``program`` (each on its own,
+    greedy), for the rewrites they keep: what an arena over its budget suggests."""
+    found = []
+    if chunks:
+        with stage("chunks", program):
+            _, chunking = choose_chunks(program, "auto", candidates.arena_of)
+        if chunking.chosen.chunks > 1:
+            found.append(Rewrite("chunks", chunking.chosen.arena_bytes))
+    if patches:
+        with stage("patches", program):
+            _, patching = choose_patches(program, "auto", max_overhead, candidates.arena_of)
+        if patching.chosen.split:
+            found.append(Rewrite("patches", patching.chosen.arena_bytes))
+    return tuple(found)
 
 
 def _prepare(program: ExportedProgram, alignment: int, switches: ScheduleOptions) -> _Prepared:

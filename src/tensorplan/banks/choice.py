@@ -273,6 +273,17 @@ def _load(chosen: Sequence[Item], steps: int) -> list[int]:
     return load
 
 
+def _read_elsewhere(banks: Sequence[Bank], full: int, constant_bytes: int) -> str:
+    """How to read the constants from another bank than ``full``: from the first that holds
+    ``constant_bytes``, in Python and on the command line."""
+    room = [b.name for i, b in enumerate(banks)
+            if i != full and (b.capacity is None or b.capacity >= constant_bytes)]
+    if not room:
+        return "add a bank that holds them"
+    return (f"read them from {room[0]!r}: constants_bank={room[0]!r} "
+            f"(--constants-bank {room[0]} on the command line)")
+
+
 def check_capacity(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
                    step_names: Sequence[str], constants_in: Sequence[int]) -> None:
     """Raise ``PlanError`` when no assignment can fit: all banks bounded and more bytes live
@@ -283,8 +294,7 @@ def check_capacity(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
         if usable[i] is not None and usable[i] < 0:
             raise PlanError(f"banks: the constants read from {bank.name!r} take "
                             f"{constants_in[i]} B of its {bank.capacity} B; give it more "
-                            "capacity or read the constants from another bank "
-                            "(constants_bank=...)")
+                            f"capacity or {_read_elsewhere(banks, i, constants_in[i])}")
         pinned = [it for it in all_items if it.pinned == i]
         _check_steps(_load(pinned, steps), usable[i], step_names,
                      f"the values pinned to {bank.name!r}", f"its {usable[i]} B")

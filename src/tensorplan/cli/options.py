@@ -105,6 +105,14 @@ def chunks(text: str) -> str | int:
     return int(text)
 
 
+def add_top(parser: argparse.ArgumentParser, rows: str) -> None:
+    """``--top N``: how many ``rows`` a table shows, largest first (default 10); the rest are
+    summed in one line under it."""
+    parser.add_argument("--top", type=positive_int, default=10, metavar="N",
+                        help=f"show the N largest {rows} (default 10); the rest are summed "
+                             "in one line")
+
+
 def add_threads(parser: argparse.ArgumentParser) -> None:
     """``--threads N``: the intra-op threads torch runs with while timing (default 1)."""
     parser.add_argument("--threads", type=positive_int, default=1, metavar="N",
@@ -149,6 +157,13 @@ def add_bank_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--pin", type=_pin, action="append", default=[], metavar="VALUE=BANK",
                         help="keep a value (input, output, state, constant) in a bank")
+
+
+def add_constants_bank(parser: argparse.ArgumentParser) -> None:
+    """``--constants-bank``: the bank the constants are read from (``constants_bank=``)."""
+    parser.add_argument("--constants-bank", default=None, metavar="BANK",
+                        help="with --bank: the bank the constants are read from, whose "
+                             "capacity they take (default: the last, slowest)")
 
 
 def _bank(text: str) -> tuple[str, int | None, float | None]:

@@ -10,6 +10,7 @@ from tensorplan.cli import options
 from tensorplan.plan.planners.dispatch import PLANNERS
 
 if TYPE_CHECKING:
+    from tensorplan.plan.budget import Rewrite
     from tensorplan.program import Program
 
 _SWITCHES = (("reuse", "in-place reuse of dying inputs"),
@@ -34,10 +35,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="run each transformer layer's attention, MLP and residuals in N "
                              "chunks of token rows (auto: the count estimated smallest)")
     options.add_bank_options(parser)
+    options.add_constants_bank(parser)
     parser.add_argument("--specs", action="store_true", help="print the spec table first")
+    options.add_top(parser, "storages")
     parser.add_argument("--at", type=options.sizes, default=None, metavar="DIM=N[,DIM=N]",
-                        help="print (and draw, with --timeline) the plan at these sizes of the "
-                             "dynamic dims (seq=16); dims not given are at their upper bound")
+                        help="print (and draw, with --timeline and --html) the plan at these "
+                             "sizes of the dynamic dims (seq=16); dims not given are at their "
+                             "upper bound")
     parser.add_argument("--json", metavar="F", help="write the plan and specs as JSON")
     parser.add_argument("--header", metavar="F", help="write the plan as a C header")
     parser.add_argument("--timeline", metavar="F.png", help="draw the plan over time (.png, .svg)")
@@ -59,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(program: Program, args: argparse.Namespace) -> None:
     """The spec table if asked, the plan, the budget's headroom, and the files asked for."""
-    from tensorplan.plan.budget import check_arena
+    from tensorplan.plan.budget import COMMAND_LINE, check_arena
     from tensorplan.report import plan_summary, spec_table
     from tensorplan.report.banks import bank_table
     from tensorplan.report.chunks import chunking_table, whole_table
@@ -75,17 +79,29 @@ def _report(program: Program, args: argparse.Namespace) -> None:
         console.print(chunking_table(program.chunking))
         console.print(whole_table(program.chunking))
     if args.at is not None:
-        console.print(plan_summary(program.plan.at(**args.at), title=options.at_title(args.at)))
+        console.print(plan_summary(program.plan, args.top, options.at_title(args.at), args.at))
     else:
-        console.print(plan_summary(program))
+        console.print(plan_summary(program, args.top))
     if program.plan.symbolic is not None:
         console.print(symbolic_summary(program.plan, args.at))
     if program.plan.banks:
         console.print(bank_table(program.plan))
-    headroom = check_arena(program.plan, args.max_arena)
+    headroom = check_arena(program.plan, args.max_arena, lambda: _rewrites(program, args),
+                           COMMAND_LINE)
     if headroom is not None:
         print(f"fits the budget of {args.max_arena:,} B with {headroom:,} B to spare")
     _write_outputs(program, args)
+
+
+def _rewrites(program: Program, args: argparse.Namespace) -> tuple[Rewrite, ...]:
+    """What ``--patches auto`` and ``--chunks auto`` would plan, where not given."""
+    from tensorplan.program import Candidates, untried_rewrites
+    from tensorplan.schedule.schedule import ScheduleOptions
+
+    candidates = Candidates(program.plan.alignment,
+                            ScheduleOptions(args.reuse, args.reorder, args.fold))
+    return untried_rewrites(program.exported_program, candidates, args.patches is None,
+                            args.chunks is None)
 
 
 def _write_outputs(program: Program, args: argparse.Namespace) -> None:
@@ -100,7 +116,7 @@ def _write_outputs(program: Program, args: argparse.Namespace) -> None:
         (args.header, "C header",
          lambda path: options.write_text(path, plan_to_c_header(program, name))),
         (args.timeline, "timeline", lambda path: _timeline(program, path, name, args.at)),
-        (args.html, "page", lambda path: write_html(program, path, name)),
+        (args.html, "page", lambda path: write_html(program, path, name, args.at)),
         (args.save, "program", program.save),
     )
     for path, what, writer in writers:
@@ -111,9 +127,11 @@ def _write_outputs(program: Program, args: argparse.Namespace) -> None:
 def _timeline(program: Program, path: str, name: str, at: dict[str, int] | None) -> None:
     """The picture of the plan, at the sizes ``--at`` gives (the upper bounds without)."""
     from tensorplan.report import plot_timeline
+    from tensorplan.report.subject import model_subject
     from tensorplan.report.timeline import plot_plan
 
     if at is None:
         plot_timeline(program, path, name)
     else:
-        plot_plan(program.plan.at(**at), path, f"{name} {options.at_title(at)}")
+        subject = model_subject(program, f"{name} {options.at_title(at)}", {}, at)
+        plot_plan(program.plan.at(**at), path, subject)

@@ -46,6 +46,7 @@ class CompileOptions:
     banks: tuple[Bank, ...] | None = None          # memory banks, fastest first (tensorplan.banks)
     pin: tuple[tuple[str, str], ...] = ()          # (value, bank) pins
     chunks: str | int | None = None                # token rows chunk by chunk (rewrite/chunks.py)
+    constants_bank: str | None = None              # the bank the constants are read from
 
 
 def compile_options(args: argparse.Namespace) -> CompileOptions | None:
@@ -59,11 +60,12 @@ def compile_options(args: argparse.Namespace) -> CompileOptions | None:
     chosen = banks(getattr(args, "bank", None))
     pins = tuple(getattr(args, "pin", ()))
     chunked = getattr(args, "chunks", None)
+    constants_bank = getattr(args, "constants_bank", None)
     if not given and switches == ScheduleOptions() and args.patches is None and chosen is None \
-            and not pins and chunked is None:
+            and not pins and chunked is None and constants_bank is None:
         return None
     return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches, args.patches,
-                          chosen, pins, chunked)
+                          chosen, pins, chunked, constants_bank)
 
 
 def load_target(target: str, params: CompileOptions | None = None,
@@ -111,7 +113,7 @@ def _options(params: CompileOptions | None) -> dict[str, Any]:
     return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit,
             "planner_params": p.params, "reuse": s.reuse, "reorder": s.reorder, "fold": s.fold,
             "patches": options.patches, "chunks": options.chunks, "banks": options.banks,
-            "pin": dict(options.pin) or None}
+            "pin": dict(options.pin) or None, "constants_bank": options.constants_bank}
 
 
 def load_exported(path: str) -> ExportedProgram:

@@ -14,10 +14,12 @@ from typing import Any
 import torch
 import torch.fx
 
+from tensorplan.errors import TensorPlanError
 from tensorplan.internal import Locating
 from tensorplan.runtime.args import compile_args
 from tensorplan.runtime.frames import Env, Frames
 from tensorplan.runtime.lower import Lowered, lower_graph
+from tensorplan.runtime.refusals import refusal
 from tensorplan.runtime.shapes import Bindings
 from tensorplan.runtime.steps import StepContext, SubgraphRun, build_steps
 from tensorplan.schedule.order import scheduled_nodes
@@ -45,7 +47,7 @@ class GraphRunner:
         results = nodes[-1].args[0]
         results = (results,) if isinstance(results, torch.fx.Node) else tuple(results)
         self.outputs = compile_args(results, {}, self.slots)
-        self.is_subgraph = bool(prefix)
+        self.prefix, self.is_subgraph = prefix, bool(prefix)
         self._locating = Locating(self.node_of, prefix)
 
     @staticmethod
@@ -64,13 +66,28 @@ class GraphRunner:
         """Execute the graph with ``inputs`` bound to its placeholders; return its outputs.
 
         Top-level inputs are not bound here: the runner copies them into their planned views.
-        An exception leaves with the node of the step that raised it (``internal.locate``).
+        An exception leaves with the node of the step that raised it (``internal.locate``), or
+        as an ``InputError`` where that node's op refuses the values of its index arguments
+        (``refusals.py``).
         """
         env: Env = list(self.frame(bindings))
         if self.is_subgraph:
             for slot, value in zip(self.placeholders, inputs, strict=True):
                 env[slot] = value
         with self._locating:
-            for step in self.run_steps:
-                step(env, bindings)
+            try:
+                for step in self.run_steps:
+                    step(env, bindings)
+            except Exception as error:
+                self._raise_refusal(self.node_of[id(step)], env, error)
+                raise
         return list(self.outputs(env)[0])
+
+    def _raise_refusal(self, node: torch.fx.Node, env: Env, error: Exception) -> None:
+        """Raise the ``InputError`` for ``error`` when it is the user's (``refusals.py``)."""
+        if isinstance(error, TensorPlanError):
+            return
+        args, kwargs = compile_args(node.args, node.kwargs, self.slots)(env)
+        refused = refusal(node, self.prefix, args, kwargs)
+        if refused is not None:
+            raise refused from error

@@ -161,7 +161,8 @@ class Runner:
         """Run on user inputs; return the user outputs in the model's structure.
 
         With ``copy_outputs=False`` the outputs are views into the arena, valid until the next
-        run. Raises ``InputError`` for inputs that do not match the compiled signature, and
+        run. Raises ``InputError`` for inputs that do not match the compiled signature or
+        whose values an op refuses as eager does (an index out of range: ``refusals.py``), and
         ``InternalError`` (naming the node) when a step fails on inputs that passed the checks.
         """
         if self.positional and not kwargs and len(args) == len(self.roles.user_inputs):

@@ -342,6 +342,11 @@ ZOO = {
     "hf_wav2vec2": (5_198_176, 522_465),
     "hf_whisper_decoder": (123_888, 666_652),  # was 0.42 off eager (identities.py)
     "hf_qwen3_prefill": (300_928, 807_280),
+    "hf_phi3": (315_392, 2_335_320),
+    "hf_mistral": (288_768, 2_204_256),
+    "hf_gemma2": (288_768, 1_692_272),
+    "hf_falcon": (295_168, 1_889_364),
+    "hf_dinov2": (52_528, 1_886_216),
     "diffusers_sd3": (100_784, 316_748),  # was 1.9 off eager (order.py)
     "diffusers_vae_decoder": (655_616, 1_602_912),
     "yolov8n": (3_276_800, 12_615_732),

@@ -123,6 +123,15 @@ CLIENTS = {
                          "(bitwise equal to the exported program)", 1e-6),
     "diffusers_sd3": ("the core-ATen decomposition of attention (bitwise equal to the exported "
                       "program)", 1e-6),
+    "hf_phi3": ("the core-ATen decomposition of attention (bitwise equal to the exported "
+                "program)", 1e-5),
+    "hf_mistral": ("the core-ATen decomposition of attention, its sliding window a mask "
+                   "(bitwise equal to the exported program)", 1e-5),
+    "hf_gemma2": "eager",  # eager attention: the same matmul, softmax and tanh kernels
+    "hf_falcon": ("the core-ATen decomposition of attention with the ALiBi bias (bitwise equal "
+                  "to the exported program)", 1e-5),
+    "hf_dinov2": ("the core-ATen decomposition of attention (bitwise equal to the exported "
+                  "program)", 1e-5),
     "diffusers_unet": ("the core-ATen decomposition of attention (bitwise equal to the "
                        "exported program)", 1e-5),
     # The mid-block attention's permute and view make a value whose strides differ, at its

@@ -15,7 +15,8 @@ TIMM_MODELS = ("dla46_c", "cs3darknet_s", "dpn48b", "selecsls42", "hrnet_w18_sma
 _HF_MODELS = ("gpt2", "gpt2_dynamic", "bert", "bert_dynamic", "vit", "mobilenet_v2", "llama",
               "t5_encoder", "distilbert", "deit", "convnext", "mobilevit", "resnet", "swin",
               "bart", "t5", "olmoe", "qwen2_moe", "wav2vec2", "whisper_decoder", "qwen3_prefill",
-              "llama_static_cache", "bert_batch_dynamic")
+              "llama_static_cache", "bert_batch_dynamic", "phi3", "mistral", "gemma2", "falcon",
+              "dinov2")
 
 
 @dataclass(frozen=True)

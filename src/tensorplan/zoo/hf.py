@@ -52,7 +52,18 @@ Configs (all float32, batch 1 unless the batch is dynamic):
 - ``hf_qwen3_prefill``: optimum-executorch's causal-LM recipe (``CausalLMExportableModule``
   without custom kernels), rebuilt: Qwen3 (q/k norms, 2 layers, hidden 64, 4 query and 2
   key/value heads of 16, MLP 128, vocab 1000) in ``TorchExportableModuleForDecoderOnlyLM``'s
-  static cache of 64 positions, the prompt length dynamic in ``[1, 63]`` (example 8 tokens).
+  static cache of 64 positions, the prompt length dynamic in ``[1, 63]`` (example 8 tokens);
+- ``hf_phi3``: Phi-3 causal LM (fused qkv and gate-up projections), 2 layers, hidden 128,
+  4 heads, intermediate 256, vocab 1000, 64 tokens;
+- ``hf_mistral``: Mistral causal LM with a sliding window of 16 over its 64 tokens, 2 layers,
+  hidden 128, 4 query and 2 key/value heads, intermediate 256, vocab 1000;
+- ``hf_gemma2``: Gemma2 causal LM (attention and final logits soft-capped, a sliding window
+  of 16 on every other layer, eager attention: transformers offers no SDPA for it), 2 layers,
+  hidden 128, 4 query and 2 key/value heads of 32, intermediate 256, vocab 1000, 64 tokens;
+- ``hf_falcon``: Falcon causal LM with ALiBi position biases and multi-query attention,
+  2 layers, hidden 128, 4 heads, vocab 1000, 64 tokens;
+- ``hf_dinov2``: DINOv2 backbone (layer scale, interpolated position embeddings), 2 layers,
+  hidden 128, 4 heads, image 56, patch 14; returns the last hidden state ``(1, 17, 128)``.
 
 optimum-executorch itself is not a dependency: its 1.1.0 pins ``transformers==5.0.0rc1`` and
 its decoder recipe passes the cache by a keyword later ``transformers`` ignore, so its two
@@ -447,6 +458,66 @@ def hf_qwen3_prefill() -> Example:
     seq = Dim("seq", min=1, max=SEQ - 1)
     return Example(StaticCacheStep(module.model).eval(), (_tokens(8), torch.arange(8)),
                    dynamic_shapes=({1: seq}, {0: seq}))
+
+
+def _causal_lm(config: Any, model_class: Any, attention: str = "sdpa") -> Example:
+    """A causal LM of ``config`` on ``SEQ`` tokens, the logits out."""
+    config._attn_implementation = attention
+    return Example(LogitsOnly(model_class(config)).eval(), (_tokens(SEQ),))
+
+
+def hf_phi3() -> Example:
+    """Phi-3 causal LM (2 layers, hidden 128, fused projections) on 64 tokens; the logits."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    return _causal_lm(Phi3Config(vocab_size=VOCAB, hidden_size=128, intermediate_size=256,
+                                 bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
+                                 num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=4, max_position_embeddings=SEQ,
+                                 pad_token_id=0, use_cache=False), Phi3ForCausalLM)
+
+
+def hf_mistral() -> Example:
+    """Mistral causal LM (2 layers, hidden 128, a sliding window of 16) on 64 tokens."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    return _causal_lm(MistralConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=256,
+                                    num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, sliding_window=16,
+                                    max_position_embeddings=SEQ, use_cache=False),
+                      MistralForCausalLM)
+
+
+def hf_gemma2() -> Example:
+    """Gemma2 causal LM (2 layers, hidden 128, soft-capped attention and logits, a sliding
+    window of 16) on 64 tokens, with eager attention; the logits."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    return _causal_lm(Gemma2Config(vocab_size=VOCAB, hidden_size=128, intermediate_size=256,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, head_dim=32, sliding_window=16,
+                                   attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                                   max_position_embeddings=SEQ, use_cache=False),
+                      Gemma2ForCausalLM, attention="eager")
+
+
+def hf_falcon() -> Example:
+    """Falcon causal LM (2 layers, hidden 128, ALiBi, multi-query attention) on 64 tokens."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    return _causal_lm(FalconConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, alibi=True, multi_query=True,
+                                   new_decoder_architecture=False, use_cache=False),
+                      FalconForCausalLM)
+
+
+def hf_dinov2() -> Example:
+    """DINOv2 backbone (2 layers, hidden 128, image 56, patch 14); the last hidden state."""
+    from transformers import Dinov2Config, Dinov2Model
+
+    config = Dinov2Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                          intermediate_size=512, image_size=56, patch_size=14)
+    return Example(LogitsOnly(Dinov2Model(config)).eval(), _image(56))
 
 
 def hf_bert_batch_dynamic() -> Example:

@@ -16,10 +16,11 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
 HF_NAMES = ["hf_bart", "hf_bert", "hf_bert_batch_dynamic", "hf_bert_dynamic", "hf_convnext",
-            "hf_deit", "hf_distilbert", "hf_gpt2", "hf_gpt2_dynamic", "hf_llama",
-            "hf_llama_static_cache", "hf_mobilenet_v2", "hf_mobilevit", "hf_olmoe",
-            "hf_qwen2_moe", "hf_qwen3_prefill", "hf_resnet", "hf_swin", "hf_t5",
-            "hf_t5_encoder", "hf_vit", "hf_wav2vec2", "hf_whisper_decoder"]
+            "hf_deit", "hf_dinov2", "hf_distilbert", "hf_falcon", "hf_gemma2", "hf_gpt2",
+            "hf_gpt2_dynamic", "hf_llama", "hf_llama_static_cache", "hf_mistral",
+            "hf_mobilenet_v2", "hf_mobilevit", "hf_olmoe", "hf_phi3", "hf_qwen2_moe",
+            "hf_qwen3_prefill", "hf_resnet", "hf_swin", "hf_t5", "hf_t5_encoder", "hf_vit",
+            "hf_wav2vec2", "hf_whisper_decoder"]
 # The architectures added for the bound-lowering bench (issue 11), checked without named views.
 MORE_ARCHITECTURES = ["hf_convnext", "hf_deit", "hf_distilbert", "hf_llama", "hf_mobilevit",
                       "hf_resnet", "hf_swin", "hf_t5_encoder"]

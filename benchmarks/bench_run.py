@@ -74,6 +74,14 @@ SLOW_REASONS = {
         "`_softmax` and a fix-up of fully masked rows, `eq` / `any` / `where` over the scores: "
         "about 105 ms of 166 ms in 5 calls) where eager runs the fused flash kernel (43 ms); "
         "the program with the lowering off is as slow"),
+    "tiny_gpt": (
+        "a 0.4 ms model of 186 steps: the runtime's Python per step (argument lists, out "
+        "views, the step call: about 0.2 ms a run under cProfile) and 5 layer norms run "
+        "functionally and copied (ATen's `native_layer_norm.out` is generated: it allocates) "
+        "are as long as the kernels; models of 2 ms and more run at 0.8-1.1x"),
+    "kv_cache": (
+        "a 0.07 ms model: the runtime's fixed cost per run (binding the inputs, copying the "
+        "outputs out of the arena) is as long as its kernels"),
 }
 CHILD_TIMEOUT = 900    # seconds a memory subprocess may take
 # Starts its arguments as a grandchild of this process. Linux keeps a process's ru_maxrss across

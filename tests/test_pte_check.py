@@ -109,3 +109,31 @@ def test_the_cli_check_exits_1_when_the_pte_differs_from_eager(tmp_path, capsys,
     monkeypatch.delitem(sys.modules, "counting", raising=False)
     assert main(["pte", "counting:make", "-o", str(tmp_path / "c.pte"), "--check"]) == 1
     assert "NOT equal to eager" in capsys.readouterr().out
+
+
+class _PermuteChannelsLast(torch.nn.Module):
+    """ConvNeXt's first op on a channels_last image: NCHW -> NHWC."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(0, 2, 3, 1) * 2
+
+
+def test_a_refusal_executorch_makes_of_its_own_lowering_too_is_said_to_be_its_own():
+    x = torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last)
+    exported = torch.export.export(_PermuteChannelsLast(), (x,))
+    with pytest.raises(ShipError) as refused:
+        lower(exported, check=True)
+    message = str(refused.value)
+    assert "operator aten::permute_copy.out: 0x12" in message
+    assert "ExecuTorch's own lowering of the program (to_edge().to_executorch()) is refused too"\
+        in message
+    assert "--no-reuse" not in message  # no technique of ours to switch off
+
+
+def test_a_refusal_of_ours_alone_says_which_switches_to_try(linear):
+    from tensorplan.integrations.executorch.check import whose_refusal
+
+    _, _, exported, _ = linear
+    assert whose_refusal(exported).startswith(
+        "ExecuTorch's own lowering of the program runs: one of tensorplan's techniques broke it;"
+        " ship without it (tensorplan pte --no-reuse / --no-reorder / --no-fold;")

@@ -84,8 +84,7 @@ def _refusal(method: str, inputs: Sequence[torch.Tensor], error: RuntimeError,
              if line.strip()]
     said = "; ".join(lines[-5:]) if lines else "no log"
     return (f"ExecuTorch's runtime refused the .pte's {method} on inputs ({shapes}): {error} "
-            f"(runtime log: {said}); report it with the model, or ship without the technique "
-            "that broke it (tensorplan pte --no-reuse / --no-reorder / --no-fold)")
+            f"(runtime log: {said})")
 
 
 @contextlib.contextmanager
@@ -105,6 +104,26 @@ def _runtime_log() -> Iterator[Path]:
                     os.dup2(saved, 2)
         finally:
             os.close(saved)
+
+def whose_refusal(exported: torch.export.ExportedProgram) -> str:
+    """What to do about a ``.pte`` of ``exported`` that ExecuTorch's runtime refused, found by
+    lowering ``exported`` the way ExecuTorch does on its own (``to_edge().to_executorch()``) and
+    running that on the example inputs: refused too, it is ExecuTorch's limitation whatever the
+    plan; run, one of tensorplan's techniques broke the program."""
+    from executorch.exir import to_edge
+
+    try:
+        own = to_edge(exported).to_executorch()
+        check_exported(own.buffer, exported)
+    except ShipError as error:
+        return (f"ExecuTorch's own lowering of the program (to_edge().to_executorch()) is "
+                f"refused too ({str(error).partition(': ')[2][:200]}): its kernels do not take "
+                "this program whatever the plan (an input layout or an op they refuse); change "
+                "the model or its inputs, or report it to ExecuTorch")
+    return ("ExecuTorch's own lowering of the program runs: one of tensorplan's techniques "
+            "broke it; ship without it (tensorplan pte --no-reuse / --no-reorder / --no-fold; "
+            "to_executorch(reuse=False, ...)) and report it with the model")
+
 
 def check_exported(pte: bytes, exported: torch.export.ExportedProgram,
                    eager: Any = None) -> PteCheck:

@@ -29,7 +29,7 @@ from tensorplan.banks.choice import Bank
 from tensorplan.errors import InputError, ShipError, TensorPlanError
 from tensorplan.integrations.executorch.algo import _memory_planning_module
 from tensorplan.integrations.executorch.banks import BankSetup
-from tensorplan.integrations.executorch.check import PteCheck, check_exported
+from tensorplan.integrations.executorch.check import PteCheck, check_exported, whose_refusal
 from tensorplan.integrations.executorch.fold import (
     apply_folds,
     choose_folds,
@@ -165,7 +165,10 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
             raise InputError("check=True runs the program's example inputs, which an "
                              "EdgeProgramManager does not keep; call check_pte(pte, inputs, "
                              "expected) from tensorplan.integrations.executorch.check")
-        checked = check_exported(manager.buffer, exported, eager)
+        try:
+            checked = check_exported(manager.buffer, exported, eager)
+        except ShipError as refused:
+            raise ShipError(f"{refused}; {whose_refusal(exported)}") from None
     return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
                    tuple(tried), plans, linears, identities, checked)
 

@@ -372,6 +372,26 @@ def test_zoo_model_pte_equals_eager(name: str) -> None:
     assert (shipped.arena_bytes, shipped.constant_bytes) == ZOO[name]
 
 
+def test_a_folding_that_cannot_win_is_estimated_not_lowered(monkeypatch) -> None:
+    """tiny_gpt's constant propagation folds nothing live at the peak and adds constants: its
+    arena is the unfolded plan's and its constants more, so it is not lowered (one lowering
+    instead of two); the figures kept are the unfolded lowering's."""
+    from executorch.exir import EdgeProgramManager
+
+    calls = []
+    lowering = EdgeProgramManager.to_executorch
+    monkeypatch.setattr(EdgeProgramManager, "to_executorch",
+                        lambda self, *a, **k: calls.append(1) or lowering(self, *a, **k))
+    example, shipped = _shipped("tiny_gpt")
+    assert len(calls) == 1
+    assert [(c.name, c.lowered) for c in shipped.folds] == [
+        ("none", True), ("executorch const-prop", False)]
+    unfolded, estimated = shipped.folds
+    assert estimated.arena_bytes == unfolded.arena_bytes == shipped.arena_bytes
+    assert estimated.constant_bytes > unfolded.constant_bytes == shipped.constant_bytes
+    assert (shipped.arena_bytes, shipped.constant_bytes) == ZOO["tiny_gpt"]
+
+
 @pytest.mark.parametrize("name", ["tiny_gpt", pytest.param("hf_gpt2_dynamic",
                                                            marks=pytest.mark.slow),
                                   pytest.param("hf_bert_dynamic", marks=pytest.mark.slow)])

@@ -34,7 +34,7 @@ def _bytes(value: Any) -> int:
                if isinstance(leaf, torch.Tensor))
 
 
-def _constant_bytes(known: Mapping[torch.fx.Node, Any], folded: set[torch.fx.Node]) -> int:
+def constant_bytes(known: Mapping[torch.fx.Node, Any], folded: set[torch.fx.Node]) -> int:
     """Constant bytes of the program when the placeholders and ``folded`` values are in the
     table: each one with a reader outside that set is kept."""
     kept = [n for n in known if n.op == "placeholder" or n in folded]
@@ -67,11 +67,11 @@ def choose_folds(known: Mapping[torch.fx.Node, Any],
     ``at_peak`` maps node names to the arena bytes they hold at the plan's busiest step."""
     credit = dict(at_peak or {})
     folded: set[torch.fx.Node] = set()
-    current = _constant_bytes(known, folded)
+    current = constant_bytes(known, folded)
     for node in [n for n in known if n.op != "placeholder" and n not in folded]:
         cone = _cone(node, known)
         trial = folded | cone
-        size = _constant_bytes(known, trial)
+        size = constant_bytes(known, trial)
         if size - current <= sum(credit.get(n.name, 0) for n in cone):
             folded, current = trial, size
             for n in cone:

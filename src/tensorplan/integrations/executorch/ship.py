@@ -33,6 +33,7 @@ from tensorplan.integrations.executorch.check import PteCheck, check_exported, w
 from tensorplan.integrations.executorch.fold import (
     apply_folds,
     choose_folds,
+    constant_bytes,
     foldable_values,
     frontier,
 )
@@ -47,6 +48,8 @@ class FoldChoice:
     name: str  # "none", "tensorplan" (fold.choose_folds), "executorch const-prop"
     arena_bytes: int
     constant_bytes: int
+    lowered: bool = True  # False: not lowered, its figures estimated (ship._unpaid): it
+    #                       folds nothing at the peak and adds constants, so it cannot win
 
 
 @dataclass(frozen=True)
@@ -134,25 +137,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
                         base.do_quant_fusion_and_const_prop)
         tried = [best[0]]
     else:
-        best = _lowered("none", edge, base, options, {}, False)
-        tried = [best[0]]
-        with torch.no_grad():
-            known = {m: foldable_values(edge.exported_program(m)) for m in edge.methods}
-        ours = {m: {n.name for n in choose_folds(known[m], dict(best[2][m].peak_values))}
-                for m in edge.methods}
-        everything = {m: {n.name for n in frontier(known[m])} for m in edge.methods}
-        candidates = []
-        if any(ours.values()) and any(not e <= ours[m] for m, e in everything.items()):
-            candidates.append((OURS, ours, False))
-        if any(everything.values()):
-            candidates.append(("executorch const-prop", {}, True))
-        for name, folds, const_prop in candidates:
-            # one candidate's program at a time beside the best so far (each holds the weights)
-            result = _lowered(name, edge, base, options, folds, const_prop)
-            tried.append(result[0])
-            if _total(result[0]) < _total(best[0]):
-                best = result
-            del result
+        best, tried = _best_folding(edge, base, options)
     choice, manager, plans, passes = best
     for method in edge.methods:  # ExecuTorch's verifier, on the program kept
         kept = manager.exported_program(method)
@@ -171,6 +156,65 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
             raise ShipError(f"{refused}; {whose_refusal(exported)}") from None
     return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
                    tuple(tried), plans, linears, identities, checked)
+
+
+def _best_folding(edge: Any, config: Any, options: Any) -> tuple[tuple[Any, ...], list[Any]]:
+    """The lowering of ``edge`` with the folding of the smallest total (``_total``): none,
+    tensorplan's (``fold.choose_folds``, paid for by the unfolded plan's busiest step), and
+    ExecuTorch's constant propagation; and every ``FoldChoice`` tried. A folding that cannot
+    win (``_unpaid``) is not lowered."""
+    best = _lowered("none", edge, config, options, {}, False)
+    plans = best[2]
+    with torch.no_grad():
+        known = {m: foldable_values(edge.exported_program(m)) for m in edge.methods}
+    ours = {m: {n.name for n in choose_folds(known[m], dict(plans[m].peak_values))}
+            for m in edge.methods}
+    everything = {m: {n.name for n in frontier(known[m])} for m in edge.methods}
+    candidates = []
+    if any(ours.values()) and any(not e <= ours[m] for m, e in everything.items()):
+        candidates.append((OURS, ours, False))
+    if any(everything.values()):
+        candidates.append(("executorch const-prop", {}, True))
+    lowered = [(best[0], sum(constant_bytes(known[m], set()) for m in edge.methods))]
+    tried = [best[0]]
+    for name, folds, const_prop in candidates:
+        folded = {m: {n for n in known[m] if n.op != "placeholder"
+                      and (const_prop or n.name in folds.get(m, ()))} for m in edge.methods}
+        counted = sum(constant_bytes(known[m], folded[m]) for m in edge.methods)
+        unpaid = _unpaid(plans, lowered, folded, counted, name)
+        if unpaid is not None:
+            tried.append(unpaid)
+            continue
+        # one candidate's program at a time beside the best so far (each holds the weights)
+        result = _lowered(name, edge, config, options, folds, const_prop)
+        tried.append(result[0])
+        lowered.append((result[0], counted))
+        if _total(result[0]) < _total(best[0]):
+            best = result
+        del result
+    return best, tried
+
+
+def _unpaid(plans: Mapping[str, Any], lowered: Sequence[tuple[FoldChoice, int]],
+            folded: Mapping[str, set[torch.fx.Node]], counted: int,
+            name: str) -> FoldChoice | None:
+    """The estimated figures of a folding that cannot win, or None when it must be lowered.
+    ``plans`` are the unfolded program's (the first of ``lowered``: each folding lowered so
+    far, with its constant bytes by ``fold.constant_bytes``' count; ``counted``: this one's).
+    It cannot win when every unfolded plan sits at its lower bound and none of the values it
+    folds is live at a busiest step (so its arena is the unfolded one), and a folding lowered
+    with an arena no larger holds no more constants by that count (which differs from the
+    emitted buffer's only by padding)."""
+    at_peak = {m: {value for value, _ in plan.peak_values} for m, plan in plans.items()}
+    if any(p.arena_bytes != p.lower_bound_bytes for p in plans.values()) or any(
+            n.name in at_peak[m] for m, nodes in folded.items() for n in nodes):
+        return None
+    arena = lowered[0][0].arena_bytes
+    for choice, constants in lowered:
+        if choice.arena_bytes <= arena and constants <= counted:
+            return FoldChoice(name, arena, choice.constant_bytes + counted - constants,
+                              lowered=False)
+    return None
 
 
 def _total(choice: FoldChoice) -> tuple[int, int]:

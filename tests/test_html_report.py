@@ -311,6 +311,10 @@ def test_the_seq_slider_draws_the_plan_at_that_size(browser, tiny_gpt, tmp_path)
     assert numbers["ratio"] == "1.002 (arena / lower bound)"
     assert numbers["arena at the upper bounds"] == "655,872 B (640.5 KiB)"
     assert numbers["optimal"] == "not proven at these sizes"
+    _set_dim(browser, "seq", 32)  # an arena at its lower bound is optimal at any size
+    assert plan.arena_bytes_at(seq=32) == plan.lower_bound_at(seq=32)
+    assert _summary(browser)["optimal"] == "yes (the arena is the lower bound)"
+    _set_dim(browser, "seq", 16)
     top = peak(at16)
     assert numbers["peak step"] == str(top.step)
     live = browser.find_elements(By.CSS_SELECTOR, "#peak tbody tr")
@@ -471,3 +475,25 @@ def test_a_dsa_page_has_the_instance_s_figures_alone_and_the_file_s_name(browser
         assert field not in numbers and field not in _terms(browser), field
     assert str(tmp_path) not in page
     assert set(_terms(browser)) == {*numbers, "step"}
+
+
+class _ViewsFirst(torch.nn.Module):
+    """Three views of a weight run before the first value of the arena is made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+        self.b = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w.t().t().t() + self.b
+
+
+def test_the_steps_between_placeholders_and_the_chart_are_explained(browser, tmp_path):
+    prog = tp.compile(_ViewsFirst(), (torch.randn(2, 4),), fold=False, reorder=False)
+    write_html(prog, tmp_path / "page.html", "views")
+    _open(browser, tmp_path / "page.html")
+    assert browser.find_element(By.ID, "steps").text == (
+        "Steps 0 to 2 are the program's 3 placeholders (inputs, weights, buffers): nothing runs "
+        "there; steps 3 to 4 make no value of the arena (views, values of the weights), so the "
+        "chart starts at step 5.")

@@ -27,6 +27,7 @@ from tensorplan.report import (
 )
 from tensorplan.report.diff import diff_plans, diff_report
 from tensorplan.report.export import c_identifier
+from tensorplan.report.figures import plan_numbers
 from tensorplan.report.geometry import peak, x_maps
 from tensorplan.report.tables import storage_table
 from tensorplan.report.text import bytes_text, human_bytes
@@ -323,3 +324,19 @@ def test_the_peak_step_holds_the_lower_bound(mlp, branches):
                 if not s.graph and s.start <= top.step < s.end]
         assert sorted(top.storages) == sorted(s.id for s in live)
     assert peak(branches.plan).regions in ((), ("cond",))
+
+
+def test_an_arena_at_its_lower_bound_is_optimal_at_any_size(dynamic):
+    """Away from the bounds the planner proved nothing, but an arena equal to the lower bound
+    cannot be beaten."""
+    at10 = dynamic.plan.at(rows=10)
+    assert (at10.optimal, at10.arena_bytes, at10.lower_bound_bytes) == (False, 320, 320)
+    assert dict(plan_numbers(dynamic.plan, {"rows": 10}))["optimal"] == \
+        "yes (the arena is the lower bound)"
+
+
+def test_the_size_sweep_starts_at_each_dims_lower_bound(dynamic):
+    from tensorplan.report.symbolic import sweep_sizes
+
+    assert sweep_sizes(dynamic.plan) == [{"rows": 2}, {"rows": 12}, {"rows": 25}, {"rows": 50},
+                                         {"rows": 100}]

@@ -56,8 +56,12 @@ def _constants(plan: MemoryPlan) -> str:
 
 
 def _optimal(shown: MemoryPlan, at: Mapping[str, int] | None) -> str:
+    """Whether no placement is smaller: proven by the planner, or an arena at the lower bound
+    (the page says the same at its sliders' sizes)."""
     if shown.optimal:
         return "yes"
+    if shown.arena_bytes <= shown.lower_bound_bytes:
+        return "yes (the arena is the lower bound)"
     return "not proven at these sizes" if at else "not proven"
 
 

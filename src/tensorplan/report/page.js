@@ -182,6 +182,13 @@
     return (data.arena / data.lower_bound).toFixed(3) + " (arena / lower bound)";
   }
 
+  // Away from the bounds the planner proved nothing; an arena at the lower bound is optimal all
+  // the same (the same text as the command line's, report/figures.py).
+  function optimalText() {
+    return data.arena <= data.lower_bound ? "yes (the arena is the lower bound)"
+                                          : "not proven at these sizes";
+  }
+
   function term(label, children) {
     const meaning = data.glossary[label];
     return el("span", meaning ? { class: "term", title: label + ": " + meaning } : {}, children);
@@ -194,7 +201,7 @@
     const current = new Map([["arena", bytesText(data.arena)],
                              ["lower bound", bytesText(data.lower_bound)],
                              ["ratio", ratioText()], ["peak step", String(data.peak.step)]]);
-    if (!atBounds) current.set("optimal", "not proven at these sizes");
+    if (!atBounds) current.set("optimal", optimalText());
     const shown = symbolic.dims.map((d) => d.name + " = " + sizes[d.name]).join(", ");
     return [["sizes", shown],
             ...data.summary.map(([label, text]) => [label, current.get(label) ?? text])];
@@ -221,13 +228,22 @@
          [el("b", { text: mark.label }), " " + mark.summary])));
   }
 
+  // The steps between the placeholders and the chart's first: nodes that make no value of the
+  // arena (views, values of the weights).
+  function quietSteps() {
+    const first = data.placeholders, last = data.x[0] - 1;
+    if (last < first) return "";
+    return (last === first ? "; step " + first + " makes" : "; steps " + first + " to " + last +
+            " make") + " no value of the arena (views, values of the weights)";
+  }
+
   function drawSteps() {
     const text = data.instance
       ? "Steps are the instance's time: a buffer is live over [lower, upper)."
       : data.placeholders
         ? "Steps 0 to " + (data.placeholders - 1) + " are the program's " + data.placeholders +
-          " placeholders (inputs, weights, buffers): nothing runs there, so the chart starts " +
-          "at step " + data.x[0] + "."
+          " placeholders (inputs, weights, buffers): nothing runs there" + quietSteps() +
+          ", so the chart starts at step " + data.x[0] + "."
         : "";
     $("steps").textContent = text;
   }

@@ -17,9 +17,15 @@ SHOWN_HELD = 5        # held storages listed by name
 
 
 def sweep_sizes(plan: MemoryPlan) -> list[dict[str, int]]:
-    """Every dim at 1/8, 1/4, 1/2 and all of its upper bound (at least its lower bound)."""
+    """Every dim at its lower bound, then at 1/8, 1/4, 1/2 and all of its upper bound (at
+    least its lower bound), each set of sizes once."""
     dims = plan.symbolic.dims
-    return [{d.name: max(d.lower, d.upper // part) for d in dims} for part in SWEEP]
+    found = [{d.name: d.lower for d in dims}]
+    for part in SWEEP:
+        sizes = {d.name: max(d.lower, d.upper // part) for d in dims}
+        if sizes not in found:
+            found.append(sizes)
+    return found
 
 
 def symbolic_table(plan: MemoryPlan, sizes: list[Mapping[str, int]]) -> Table:
@@ -28,7 +34,8 @@ def symbolic_table(plan: MemoryPlan, sizes: list[Mapping[str, int]]) -> Table:
     sym = plan.symbolic
     ranges = ", ".join(f"{d.name} in [{d.lower}, {d.upper}]" for d in sym.dims)
     table = Table(title=f"the plan at the sizes a run has ({ranges})",
-                  caption=Text(f"arena = {sym.arena.text()}", overflow="fold"))
+                  caption=Text(f"arena = {sym.arena.text()}", overflow="fold"),
+                  caption_justify="left")
     for column in ("sizes", "arena", "lower bound", "arena / bound"):
         table.add_column(column, justify="left" if column == "sizes" else "right")
     for given in sizes:

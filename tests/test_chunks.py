@@ -514,3 +514,24 @@ def test_a_dynamic_chunked_pte_equals_eager_at_three_sizes() -> None:
         with torch.no_grad():
             torch.testing.assert_close(method.execute([tokens])[0].clone(), model(tokens),
                                        rtol=1e-5, atol=1e-5)
+
+
+def test_a_dynamic_gpt2_is_chunked_at_every_size_of_its_range():
+    """GPT-2 slices its position table to the length: read past the dim's bound the rules
+    would see another model, so they are read at a size inside the range."""
+    pytest.importorskip("transformers")
+    from tensorplan.zoo import hf
+
+    model = hf._gpt2_model()
+    blocks = torch.export.Dim("blocks", min=2, max=8)
+    prog = tp.compile(model, (hf._tokens(32),), dynamic_shapes=({1: 8 * blocks},),
+                      chunks="auto")
+    assert (prog.chunking.declined, prog.chunking.chosen.chunks) == ("", 8)
+    assert prog.plan.arena_bytes == 288_768 < prog.chunking.candidates[0].arena_bytes == 430_080
+    for seq in (16, 40, 64):
+        tokens = hf._tokens(seq)
+        assert torch.equal(prog.run(tokens), prog.exported_program.module()(tokens))
+        torch.testing.assert_close(prog.run(tokens), model(tokens))
+    plain = tp.compile(model, (hf._tokens(32),), dynamic_shapes=({1: hf._seq_dim()},),
+                       chunks="auto")
+    assert "export the dim as a multiple, seq = 8 * Dim(\"blocks\"" in plain.chunking.declined

@@ -43,6 +43,7 @@ import sympy
 import torch
 import torch.fx
 from torch.export import ExportedProgram
+from torch.utils import _pytree as pytree
 from torch.utils._sympy.numbers import int_oo
 
 from tensorplan.errors import InputError
@@ -576,15 +577,36 @@ def _declined(base: Candidate, reason: str, whole: Sequence[Whole] = ()) -> Chun
 
 def _points(program: ExportedProgram) -> tuple[dict[Any, int], dict[Any, int]] | str:
     """Two points of the dims' box the rules are read at: the upper bounds (the plan's sizes)
-    and distinct primes near 10**4 (no size equal to another by chance), or why there are none."""
+    and, for each dim, the largest prime below its bound (``_probe``), or why there are none.
+    The probe stays inside the range: past a dim's bound the model itself reads otherwise (a
+    position table sliced to its length), and the regions are chosen by sizes (a region's
+    largest value against its split's), which must compare there as at the bounds."""
     upper, probe = {}, {}
-    prime = 10_000
+    static = _static_sizes(program)
     for symbol, bounds in sorted(program.range_constraints.items(), key=lambda kv: str(kv[0])):
         if bounds.upper == int_oo:
             return f"the dim {symbol} has no upper bound: give its Dim a max"
-        prime = sympy.nextprime(prime)
-        upper[symbol], probe[symbol] = int(bounds.upper), prime
+        upper[symbol] = int(bounds.upper)
+        probe[symbol] = _probe(int(bounds.lower), int(bounds.upper),
+                               static | set(probe.values()))
     return upper, probe
+
+
+def _static_sizes(program: ExportedProgram) -> set[int]:
+    """Every size of a dim that is an int in some value of the program."""
+    found: set[int] = set()
+    for node in program.graph.nodes:
+        for value in pytree.tree_leaves(node.meta.get("val")):
+            if isinstance(value, torch.Tensor):
+                found.update(d for d in value.shape if type(d) is int)
+    return found
+
+
+def _probe(lower: int, upper: int, taken: set[int]) -> int:
+    """The largest prime in ``[lower, upper)`` no static size or other probe equals (no size
+    equal to another by chance), else the largest such integer, else the bound itself."""
+    free = [n for n in range(upper - 1, lower - 1, -1) if n not in taken]
+    return next((n for n in free if sympy.isprime(n)), free[0] if free else upper)
 
 
 def _read(found: Sequence[Region]) -> list[tuple[Any, ...]]:

@@ -79,3 +79,12 @@ def test_pte_copies_between_banks_unless_told_not_to(tmp_path, capsys, switch, c
     output = capsys.readouterr().out
     assert f"forward: traffic cost {cost} (proven bound {cost}); copies between banks: " \
         f"{copies}" in output
+
+
+def test_pte_says_which_folding_it_kept_and_takes_prefer(tmp_path, capsys) -> None:
+    path = tmp_path / "mlp.pte"
+    assert main(["pte", "zoo:mlp", "-o", str(path), "--prefer", "total"]) == 0
+    assert "kept none: the only folding tried" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["pte", "zoo:mlp", "-o", str(path), "--prefer", "ram"])
+    assert "invalid choice: 'ram'" in capsys.readouterr().err

@@ -23,6 +23,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--algorithm", default="auto", choices=sorted(PLANNERS),
                         help="planner (default auto)")
     options.add_switches(parser, _SWITCHES, "lower")
+    parser.add_argument("--prefer", choices=("arena", "total"), default="arena",
+                        help="the folding kept: the smallest arena, then arena + constants "
+                             "(default: the arena is the RAM), or the smallest arena + "
+                             "constants, then arena")
     parser.add_argument("--check", action="store_true",
                         help="load the .pte in ExecuTorch's runtime, run the example inputs and "
                              "compare with eager (exit 1 if it differs, 2 if the runtime "
@@ -41,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     banks = options.banks(args.bank)
     shipped = lower(exported, reuse=args.reuse, reorder=args.reorder, fold=args.fold,
                     algorithm=args.algorithm, banks=banks, pin=dict(args.pin) or None,
-                    moves=args.moves, check=args.check, eager=eager)
+                    moves=args.moves, check=args.check, eager=eager, prefer=args.prefer)
     greedy = executorch_arena_bytes(exported)
     options.write(args.output, "program",
                   lambda path: options.write_bytes(path, shipped.manager.buffer))
@@ -71,7 +75,7 @@ def _exported(target: str) -> tuple[Any, Any]:
 
     example = load_example(target)
     if example is None:
-        return load_exported(target), None
+        return load_exported(target, command="pte"), None
     exported = capture(example.model, example.args, example.kwargs,
                        dynamic_shapes=example.dynamic_shapes)
     return exported, example.model

@@ -42,7 +42,7 @@ def pte_tables(name: str, shipped: Any, executorch_arena: int) -> Group:
                       f"{plan.concat} concat links, {shipped.linears} linear without "
                       f"transposes, {shipped.identities} copies that change nothing dropped; "
                       "final planner", bytes_text(plan.arena_bytes))
-    folds = Table(title="foldings tried (the smallest arena + constants is kept)")
+    folds = Table(title="foldings tried", caption=f"kept {shipped.folding}: {shipped.why}")
     for column in ("folding", "arena", "constants", "total", "kept"):
         folds.add_column(column, justify="left" if column in ("folding", "kept") else "right")
     for choice in shipped.folds:

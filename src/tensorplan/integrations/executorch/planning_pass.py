@@ -83,6 +83,9 @@ class GraphPlan:
     steps: tuple[tuple[str, int], ...]  # (technique added, arena with tensorplan's greedy)
     peak_values: tuple[tuple[str, int], ...]  # (node, bytes) of the storages live at the
     #                                           busiest step, largest first
+    load: tuple[int, ...] = ()  # bytes of the planned storages live at each step
+    storages: tuple[tuple[tuple[tuple[str, int, int], ...], int], ...] = ()  # each planned
+    #    storage: ((node, first, last step) of every value it holds, its own first; bytes)
     bank_arenas: tuple[int, ...] = ()  # with banks: each bank's arena (mem_id 1, 2, ...)
     traffic_cost: float = 0.0          # with banks: bytes moved x their bank's cost
     traffic_cost_bound: float = 0.0    # with banks: no assignment that fits costs less
@@ -145,7 +148,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             order=best.order, in_place=sum(link.kind == "in-place" for link in best.links)
             + sum(link.kind == "in-place" for link in sub_links),
             concat=sum(link.kind == "concat" for link in best.links + sub_links), steps=steps,
-            peak_values=_peak_values(graph_module, graph_signature),
+            **_liveness(graph_module, graph_signature),
             **self._bank_figures(bufsizes, len(copies))))
         return PassResult(graph_module, True)
 
@@ -337,14 +340,16 @@ _STEP_NAMES = ("tensorplan planner (exported order, no links)", "+ in-place reus
                "+ concatenation in place")
 
 
-def _peak_values(graph_module: torch.fx.GraphModule,
-                 graph_signature: Any) -> tuple[tuple[str, int], ...]:
-    """(node, bytes) of the planned storages live at the step where the most bytes are, named
-    by the node whose output (or placeholder) the storage is, largest first."""
-    roots = [s for s in _planned_specs(graph_module, graph_signature, True, True, True)
-             if s.storage_base is None and s.mem_offset is not None]
+def _liveness(graph_module: torch.fx.GraphModule, graph_signature: Any) -> dict[str, Any]:
+    """``GraphPlan``'s ``peak_values`` (the planned storages live at the step where the most
+    bytes are, named by the node whose output or placeholder the storage is, largest first),
+    ``load`` (bytes live at each step) and ``storages`` (each one's values by node with their
+    steps, and its bytes: folding some of them away shortens it to the others')."""
+    specs = [s for s in _planned_specs(graph_module, graph_signature, True, True, True)
+             if s.mem_offset is not None]
+    roots = [s for s in specs if s.storage_base is None]
     if not roots:
-        return ()
+        return {"peak_values": ()}
     steps = max(s.lifetime[1] for s in roots) + 1
     load = [0] * steps
     for spec in roots:
@@ -354,7 +359,15 @@ def _peak_values(graph_module: torch.fx.GraphModule,
     names = _producers(graph_module)
     live = [(names.get(id(s), "?"), s.allocated_memory) for s in roots
             if s.lifetime[0] <= busiest <= s.lifetime[1]]
-    return tuple(sorted(live, key=lambda item: -item[1]))
+    held: dict[int, list[tuple[str, int, int]]] = {
+        id(s): [(names.get(id(s), "?"), s.lifetime[0], s.lifetime[1])] for s in roots}
+    for spec in specs:
+        if spec.storage_base is not None and id(spec.storage_base) in held:
+            held[id(spec.storage_base)].append(
+                (names.get(id(spec), "?"), spec.lifetime[0], spec.lifetime[1]))
+    storages = tuple((tuple(held[id(s)]), s.allocated_memory) for s in roots)
+    return {"peak_values": tuple(sorted(live, key=lambda item: -item[1])),
+            "load": tuple(load), "storages": storages}
 
 
 def _producers(graph_module: torch.fx.GraphModule) -> dict[int, str]:

@@ -60,6 +60,7 @@ class Shipped:
     arena_bytes: int  # planned bytes over all methods (ExecuTorch's non-constant buffers)
     constant_bytes: int  # bytes of the program's constant data
     folding: str  # the FoldChoice kept
+    why: str  # why it was kept over the others (``prefer``: the arena, or arena + constants)
     folds: tuple[FoldChoice, ...]  # every folding tried
     methods: Mapping[str, Any]  # method name -> planning_pass.GraphPlan
     linears: int  # products of a transposed copy made ``linear`` (rewrite.py)
@@ -70,7 +71,8 @@ class Shipped:
 def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
                   fold: bool = True, algorithm: str = "auto", banks: Sequence[Bank] | None = None,
                   moves: bool = True,
-                  pin: Mapping[str, str] | None = None, check: bool = False) -> Any:
+                  pin: Mapping[str, str] | None = None, check: bool = False,
+                  prefer: str = "arena") -> Any:
     """An ``ExecutorchProgramManager`` whose memory plan is tensorplan's.
 
     ``program`` is a ``torch.export.ExportedProgram``, a ``tensorplan.Program`` (its exported
@@ -80,8 +82,11 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     allocation options (inputs, outputs, mutable buffers, alignment) are kept. ``reuse``: in-place
     reuse over the kernels measured in ``kernels.py``, ``cat`` inputs made in their slices, and
     ExecuTorch's own re-inplace pass (``index_put`` into a KV cache, with its in-place kernel);
-    ``reorder``: tensorplan's node order; ``fold``: constant propagation when it lowers arena +
-    constants; ``algorithm``: tensorplan's planner ("auto", "greedy", "optimal", "naive").
+    ``reorder``: tensorplan's node order; ``fold``: the folding of constants (none, tensorplan's,
+    ExecuTorch's constant propagation) with the smallest arena, then the smallest arena +
+    constants (``prefer="arena"``: the arena is the RAM, constants are flash or mapped), or
+    the smallest arena + constants, then arena (``prefer="total"``); ``algorithm``:
+    tensorplan's planner ("auto", "greedy", "optimal", "naive").
     ``banks`` (``tp.Bank``, fastest first): each bank its own ``mem_id`` (1, 2, ...), every
     planned tensor in the bank that makes its traffic cheapest within the capacities
     (``tensorplan.banks``); ``pin`` keeps a node of the ExecuTorch graph (a placeholder: an input or
@@ -95,7 +100,8 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     not installed.
     """
     shipped = lower(program, config, reuse=reuse, reorder=reorder, fold=fold,
-                    algorithm=algorithm, banks=banks, pin=pin, moves=moves, check=check)
+                    algorithm=algorithm, banks=banks, pin=pin, moves=moves, check=check,
+                    prefer=prefer)
     if shipped.check is not None and not shipped.check.matches:
         raise ShipError(f"the .pte runs in ExecuTorch's runtime but differs from eager by "
                         f"{shipped.check.max_abs_error:.3g} (outputs "
@@ -109,7 +115,8 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
           fold: bool = True, algorithm: str = "auto",
           kernels: Mapping[str, frozenset[str]] | None = None,
           banks: Sequence[Bank] | None = None, pin: Mapping[str, str] | None = None,
-          moves: bool = True, check: bool = False, eager: Any = None) -> Shipped:
+          moves: bool = True, check: bool = False, eager: Any = None,
+          prefer: str = "arena") -> Shipped:
     """:func:`to_executorch`, returning the manager with its figures (see :class:`Shipped`).
     With ``check``, ``Shipped.check`` holds the run in ExecuTorch's runtime against ``eager``
     (default: the exported program's module) on the program's example inputs; a runtime that
@@ -118,6 +125,9 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     ``kernels`` replaces the measured table of ``kernels.py`` (op key -> the arguments its
     ``out`` may be placed on): for measuring another runtime's kernels, not for shipping.
     """
+    if prefer not in PREFERENCES:
+        raise InputError(f"integrations.executorch: prefer must be one of "
+                         f"{', '.join(map(repr, PREFERENCES))}, got {prefer!r}")
     _memory_planning_module()
     from tensorplan.integrations.executorch.planning_pass import PassOptions
 
@@ -137,7 +147,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
                         base.do_quant_fusion_and_const_prop)
         tried = [best[0]]
     else:
-        best, tried = _best_folding(edge, base, options)
+        best, tried = _best_folding(edge, base, options, prefer)
     choice, manager, plans, passes = best
     for method in edge.methods:  # ExecuTorch's verifier, on the program kept
         kept = manager.exported_program(method)
@@ -155,11 +165,13 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
         except ShipError as refused:
             raise ShipError(f"{refused}; {whose_refusal(exported)}") from None
     return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
-                   tuple(tried), plans, linears, identities, checked)
+                   _why(choice, tried, prefer), tuple(tried), plans, linears, identities,
+                   checked)
 
 
-def _best_folding(edge: Any, config: Any, options: Any) -> tuple[tuple[Any, ...], list[Any]]:
-    """The lowering of ``edge`` with the folding of the smallest total (``_total``): none,
+def _best_folding(edge: Any, config: Any, options: Any,
+                  prefer: str) -> tuple[tuple[Any, ...], list[Any]]:
+    """The lowering of ``edge`` with the folding ``prefer`` ranks first (``_rank``): none,
     tensorplan's (``fold.choose_folds``, paid for by the unfolded plan's busiest step), and
     ExecuTorch's constant propagation; and every ``FoldChoice`` tried. A folding that cannot
     win (``_unpaid``) is not lowered."""
@@ -189,7 +201,7 @@ def _best_folding(edge: Any, config: Any, options: Any) -> tuple[tuple[Any, ...]
         result = _lowered(name, edge, config, options, folds, const_prop)
         tried.append(result[0])
         lowered.append((result[0], counted))
-        if _total(result[0]) < _total(best[0]):
+        if _rank(result[0], prefer) < _rank(best[0], prefer):
             best = result
         del result
     return best, tried
@@ -201,13 +213,13 @@ def _unpaid(plans: Mapping[str, Any], lowered: Sequence[tuple[FoldChoice, int]],
     """The estimated figures of a folding that cannot win, or None when it must be lowered.
     ``plans`` are the unfolded program's (the first of ``lowered``: each folding lowered so
     far, with its constant bytes by ``fold.constant_bytes``' count; ``counted``: this one's).
-    It cannot win when every unfolded plan sits at its lower bound and none of the values it
-    folds is live at a busiest step (so its arena is the unfolded one), and a folding lowered
-    with an arena no larger holds no more constants by that count (which differs from the
-    emitted buffer's only by padding)."""
-    at_peak = {m: {value for value, _ in plan.peak_values} for m, plan in plans.items()}
-    if any(p.arena_bytes != p.lower_bound_bytes for p in plans.values()) or any(
-            n.name in at_peak[m] for m, nodes in folded.items() for n in nodes):
+    It cannot win when every unfolded plan sits at its lower bound and removing the storages
+    of the values it folds leaves every method's busiest step as full (``_peak_without``; so
+    its arena is the unfolded one), and a folding lowered with an arena no larger holds no
+    more constants by that count (which differs from the emitted buffer's only by padding)."""
+    if any(p.arena_bytes != p.lower_bound_bytes or not p.load for p in plans.values()) or any(
+            _peak_without(plans[m], {n.name for n in nodes}) < max(plans[m].load)
+            for m, nodes in folded.items()):
         return None
     arena = lowered[0][0].arena_bytes
     for choice, constants in lowered:
@@ -217,9 +229,45 @@ def _unpaid(plans: Mapping[str, Any], lowered: Sequence[tuple[FoldChoice, int]],
     return None
 
 
-def _total(choice: FoldChoice) -> tuple[int, int]:
-    """What the folding choice minimises: arena + constants, then the arena."""
-    return choice.arena_bytes + choice.constant_bytes, choice.arena_bytes
+def _peak_without(plan: Any, names: set[str]) -> int:
+    """The most bytes live at one step of ``plan`` once the values ``names`` are folded away:
+    a storage that holds only such values is gone, one that holds others too lives from the
+    first of the others to the last."""
+    load = list(plan.load)
+    for held, size in plan.storages:
+        kept = [(first, last) for node, first, last in held if node not in names]
+        span = range(min(f for _, f, _ in held), max(last for *_, last in held) + 1)
+        left = range(min(f for f, _ in kept), max(last for _, last in kept) + 1) if kept \
+            else range(0)
+        for step in span:
+            if step not in left:
+                load[step] -= size
+    return max(load)
+
+
+PREFERENCES = ("arena", "total")  # what the folding choice minimises first
+
+
+def _rank(choice: FoldChoice, prefer: str) -> tuple[int, int]:
+    """What the folding choice minimises: the arena, then arena + constants ("arena"), or
+    arena + constants, then the arena ("total")."""
+    total = choice.arena_bytes + choice.constant_bytes
+    return (choice.arena_bytes, total) if prefer == "arena" else (total, choice.arena_bytes)
+
+
+def _why(kept: FoldChoice, tried: Sequence[FoldChoice], prefer: str) -> str:
+    """Why ``kept`` was kept: what it is smallest in, and what the next best had."""
+    others = sorted((c for c in tried if c.name != kept.name), key=lambda c: _rank(c, prefer))
+    if not others:
+        return "the only folding tried"
+    first = "arena" if prefer == "arena" else "arena + constants"
+    runner = others[0]
+    figures = (f"{runner.name}: arena {runner.arena_bytes:,} B, total "
+               f"{runner.arena_bytes + runner.constant_bytes:,} B")
+    if _rank(kept, prefer)[0] < _rank(runner, prefer)[0]:
+        return f"the smallest {first} ({figures})"
+    second = "arena + constants" if prefer == "arena" else "arena"
+    return f"as small an {first} as any, the smallest {second} of those ({figures})"
 
 
 def _sharing_constants(edge: Any) -> Any:

@@ -7,6 +7,9 @@ import dataclasses
 import io
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -67,6 +70,99 @@ def test_round_trip_keeps_the_plan_and_the_specs_and_runs_identically(name, tmp_
     _assert_same_program(loaded, program)
     torch.testing.assert_close(loaded.run(*e.args, **e.kwargs),
                                program.run(*e.args, **e.kwargs), rtol=0, atol=0)
+
+
+def _conv_net() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                               torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2)).eval()
+
+
+@pytest.mark.parametrize("most", [16, 64])
+def test_a_conv_with_a_dynamic_batch_loads_with_the_batch_bound_it_was_saved_with(most,
+                                                                                  tmp_path):
+    # re-traced in the loaded program's fresh fake mode, conv's mkldnn choice guarded the
+    # batch below 16 (the specs said 15) until the re-trace used export's backends
+    model = _conv_net()
+    batch = torch.export.Dim("batch", min=1, max=most)
+    program = tp.compile(model, (torch.randn(4, 3, 16, 16),), dynamic_shapes=({0: batch},))
+    program.save(tmp_path / "conv.tplan")
+    loaded = tp.load(tmp_path / "conv.tplan")
+    _assert_same_program(loaded, program)
+    assert loaded.specs["input"].shape[0] == most
+    for size in (1, 5, most):
+        x = torch.randn(size, 3, 16, 16)
+        torch.testing.assert_close(loaded.run(x), model(x))
+
+
+def test_a_torch_loaded_conv_program_propagates_to_the_saved_bounds(tmp_path):
+    model = _conv_net()
+    batch = torch.export.Dim("batch", min=1, max=16)
+    exported = tp.capture(model, (torch.randn(4, 3, 16, 16),), dynamic_shapes=({0: batch},))
+    torch.export.save(exported, tmp_path / "conv.pt2")
+    reloaded = torch.export.load(tmp_path / "conv.pt2")
+    shapes = {name: spec.shape for name, spec in tp.propagate(exported).tensors()}
+    reloaded_shapes = dict(tp.propagate(reloaded).tensors())  # with getitems of unused outputs
+    assert {name: reloaded_shapes[name].shape for name in shapes} == shapes
+    assert shapes["input"][0] == 16
+
+
+# Loads a GPT-2 program file in a process that has not imported transformers, runs it on the
+# saved tokens, and writes the plan document and the logits.
+_LOAD_IN_A_FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    import torch
+    import tensorplan as tp
+    from tensorplan.report import plan_to_json
+    folder = sys.argv[1]
+    assert "transformers.modeling_outputs" not in sys.modules
+    loaded = tp.load(folder + "/gpt2.tplan")
+    tokens = torch.load(folder + "/tokens.pt", weights_only=True)
+    outputs = [loaded.run(t) for t in tokens]
+    torch.save([type(o).__name__ for o in outputs], folder + "/types.pt")
+    torch.save([o.logits for o in outputs], folder + "/logits.pt")
+    with open(folder + "/plan.json", "w") as file:
+        json.dump(plan_to_json(loaded), file)
+""")
+
+
+@pytest.mark.slow
+def test_a_transformers_program_loads_in_a_fresh_process(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=500,
+                                     n_positions=128, use_cache=False)
+    model = transformers.GPT2LMHeadModel(config).eval()  # returns its output dataclass
+    seq = torch.export.Dim("seq", min=2, max=32)
+    program = tp.compile(model, (torch.randint(0, 500, (1, 16)),), dynamic_shapes=({1: seq},))
+    program.save(tmp_path / "gpt2.tplan")
+    tokens = [torch.randint(0, 500, (1, n)) for n in (2, 7, 32)]
+    torch.save(tokens, tmp_path / "tokens.pt")
+    done = subprocess.run([sys.executable, "-c", _LOAD_IN_A_FRESH_PROCESS, str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded_here = tp.load(tmp_path / "gpt2.tplan")  # transformers is imported in this process
+    _assert_same_program(loaded_here, program)
+    with open(tmp_path / "plan.json") as file:
+        assert json.load(file) == json.loads(json.dumps(plan_to_json(loaded_here)))
+    assert torch.load(tmp_path / "types.pt") == ["CausalLMOutputWithCrossAttentions"] * 3
+    for t, logits in zip(tokens, torch.load(tmp_path / "logits.pt"), strict=True):
+        torch.testing.assert_close(logits, model(t).logits)
+
+
+def test_a_program_of_an_unknown_container_type_names_it_and_what_to_import(tmp_path):
+    exported = torch.export.export(Chain(), (torch.randn(4),))
+    torch.export.save(exported, tmp_path / "chain.pt2")
+    with zipfile.ZipFile(tmp_path / "chain.pt2") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    model_json = next(name for name in members if name.endswith("models/model.json"))
+    members[model_json] = members[model_json].replace(
+        b'\\"builtins.tuple\\"', b'\\"nosuchpackage.outputs.Output\\"', 1)
+    with zipfile.ZipFile(tmp_path / "unknown.pt2", "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    with pytest.raises(tp.TensorPlanError, match="nosuchpackage.outputs.Output.*'nosuchpackage' "
+                                                 "is not an installed package.*import the module"):
+        tp.capture(str(tmp_path / "unknown.pt2"))
+    assert "nosuchpackage" not in sys.modules
 
 
 def test_a_loaded_program_saves_and_loads_again(saved, tmp_path):

@@ -4,11 +4,19 @@ The trace is the single source of the values every spec is built from (DESIGN ru
 the top-level graph and every subgraph of a control-flow node (``control_flow.py``), and
 rebinds fresh unbacked symbols to the ones the ShapeEnv already holds ranges for, so that
 ``torch._check`` bounds recorded at export time apply to the re-traced sizes.
+
+It traces with the kernel backends torch.export traces with (mkldnn, nnpack and cudnn off):
+the fake convolution kernel picks a backend, and choosing mkldnn guards on the batch size
+(``Ge(s, 16)``, decided by the example's hint), which would narrow the ShapeEnv's range of
+a dynamic batch to ``[2, 15]``. A program traced in a fresh fake mode (a loaded one: no
+cached results of export's trace) reaches those kernels again; torch.export.load itself keeps
+the range, so nothing needs restoring from ``range_constraints``.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,10 +116,23 @@ def retrace(program: ExportedProgram) -> dict[str, TracedValue]:
     # the Python dispatcher lets symbolic shapes through kernels that would otherwise read
     # concrete sizes (constant_pad_nd's C++ kernel guards Eq(s, example) and fixes the dim);
     # forward values need no autograd
-    with fake_mode, enable_python_dispatcher(), torch.no_grad(), fresh:
+    with fake_mode, enable_python_dispatcher(), torch.no_grad(), fresh, _export_backends():
         _Retrace(program.graph_module, shape_env, "", values).run(
             *inputs, enable_io_processing=False)
     return values
+
+
+@contextlib.contextmanager
+def _export_backends() -> Iterator[None]:
+    """The backend switches as torch.export sets them while it traces (its
+    ``_ignore_backend_decomps``): mkldnn, nnpack and cudnn off, restored on exit."""
+    backends = (torch.backends.mkldnn, torch.backends.nnpack, torch.backends.cudnn)
+    saved = [backend.set_flags(False) for backend in backends]
+    try:
+        yield
+    finally:
+        for backend, flags in zip(backends, saved, strict=True):
+            backend.set_flags(*flags)
 
 
 def _placeholder_value(node: torch.fx.Node) -> Any:

@@ -109,3 +109,28 @@ def test_export_failure_keeps_the_reason_lines_and_a_fitting_hint(model, dynamic
 def test_a_program_in_core_aten_is_not_decomposed_again():
     decomposed = tp.capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
     assert tp.capture(decomposed) is decomposed
+
+
+class DynamicCache:
+    """Stands for transformers' cache object: a class torch.export cannot flatten."""
+
+    def __init__(self, keys: torch.Tensor) -> None:
+        self.keys = keys
+
+
+class ReturnsCache(torch.nn.Module):
+    def forward(self, x):
+        return x + 1, DynamicCache(x * 2)
+
+
+def test_export_failure_on_a_returned_cache_says_so_and_keeps_whole_words():
+    with pytest.raises(tp.CaptureError) as caught:
+        tp.capture(ReturnsCache(), (torch.randn(3),))
+    message = str(caught.value)
+    assert "DynamicCache" in message and "in output" in message
+    assert ("hint: the model returns an object torch.export cannot flatten (a cache object "
+            "such as DynamicCache): pass use_cache=False (transformers) or return plain "
+            "tensors") in message
+    assert "runs eagerly" not in message
+    assert "https://" not in message or "functorch/issues/475" in message  # a URL kept whole
+    assert all(len(line) <= 210 for line in message.splitlines())

@@ -155,7 +155,8 @@ def test_factory_targets(factories, capsys):
     ("zoo:tiny-gpt", "zoo: no built-in model 'tiny-gpt'; did you mean tiny_gpt? choose one of "),
     ("missing.pt2", "target 'missing.pt2': no such file"),
     ("just-a-word", "target 'just-a-word': expected zoo:NAME, package.module:factory, "
-                    "path/to/file.py:factory, or the path of a .pt2 file"),
+                    "path/to/file.py:factory, a .pt2 file (torch.export.save), or a program "
+                    "saved with --save (.tplan)"),
     ("no_such_module_xyz:make", "target 'no_such_module_xyz:make': cannot import "
                                 "'no_such_module_xyz'"),
     ("my_models:absent", "target 'my_models:absent': module 'my_models' has no callable "
@@ -246,3 +247,54 @@ def test_a_json_or_pte_given_to_plan_is_named_for_what_it_is(tmp_path, capsys, n
     assert main(["plan", str(path)]) == 2
     err = capsys.readouterr().err
     assert said in err and "re-save" not in err
+
+
+PTE = b"<\x00\x00\x00ET12eh00" + bytes(64)  # the head of an ExecuTorch program
+
+
+@pytest.mark.parametrize("command", ["plan", "run", "pte"])
+def test_a_pte_target_is_refused_naming_the_command_given(tmp_path, capsys, command):
+    path = tmp_path / "conv.pte"
+    path.write_bytes(PTE)
+    output = ["-o", str(tmp_path / "out.pte")] if command == "pte" else []
+    assert main([command, str(path), *output]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"tensorplan {command}: error: target '{path}' is not a torch.export program "
+                   "but an ExecuTorch program (.pte): it runs in ExecuTorch's runtime; give "
+                   f"tensorplan {command} the model or the .pt2 it was lowered from\n")
+
+
+def test_a_python_file_without_factory_names_its_functions(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mymodel.py").write_text("import torch\n\ndef make():\n    pass\n\n"
+                                          "def _helper():\n    pass\n\nclass Net:\n    pass\n\n"
+                                          "def build(n):\n    return n\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "mymodel.py"]) == 2
+    assert capsys.readouterr().err == (
+        "tensorplan plan: error: target 'mymodel.py' is a Python file: name the function in it "
+        "that returns the model and its example inputs, as mymodel.py:FUNCTION (its top-level "
+        "functions: make, build)\n")
+
+
+def test_a_python_file_that_does_not_parse_is_still_named_a_python_file(tmp_path, capsys):
+    path = tmp_path / "broken.py"
+    path.write_text("def (:\n")
+    assert main(["plan", str(path)]) == 2
+    assert capsys.readouterr().err.endswith(f"as {path}:FUNCTION\n")
+
+
+@pytest.mark.parametrize("command", ["plan", "run", "pte"])
+def test_target_help_lists_every_form(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("zoo:NAME, package.module:factory, path/to/file.py:factory, a .pt2 file "
+            "(torch.export.save), or a program saved with --save (.tplan)") in help_text
+
+
+def test_top_level_help_lists_the_file_factory_target(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("A TARGET is zoo:NAME, package.module:factory, path/to/file.py:factory, a .pt2 "
+            "file (torch.export.save), or a program saved with --save (.tplan).") in help_text

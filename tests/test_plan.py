@@ -179,3 +179,15 @@ def test_alignment_below_the_element_size_is_refused_at_compile(alignment):
     # float32 values at offsets that are not multiples of 4 cannot be viewed at run time
     with pytest.raises(tp.PlanError, match=f"alignment {alignment} B .* use a multiple of 4 B"):
         tp.compile(torch.nn.Linear(4, 2), (torch.randn(3, 4),), alignment=alignment)
+
+
+def test_a_program_and_its_plan_print_in_a_few_lines():
+    seq = Dim("seq", min=2, max=64)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    prog = tp.compile(model, (torch.randn(1, 16, 8),), dynamic_shapes=({1: seq},))
+    plan = ("MemoryPlan(arena 4,096 B, lower bound 4,096 B, 2 storages, 0 regions, "
+            "greedy (optimal), order exported, dims seq in [2, 64])")
+    assert repr(prog.plan) == str(prog.plan) == plan
+    assert repr(prog) == ("Program(9 values, 1 written in place, 0 folded, rewrites: none,\n"
+                          f"        plan={plan})")
+    assert dataclasses.replace(prog) == prog  # equality still compares the fields

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
 
 pytest.importorskip("executorch.runtime")
 
-from tensorplan import ShipError, zoo  # noqa: E402
+from tensorplan import InputError, ShipError, zoo  # noqa: E402
 from tensorplan.cli import main  # noqa: E402
 from tensorplan.integrations.executorch import check_pte, lower, run_pte, to_executorch  # noqa: E402
 
@@ -49,11 +50,62 @@ def test_check_pte_compares_with_eager(linear):
 def test_inputs_the_runtime_refuses_raise_its_own_error(linear):
     _, _, _, pte = linear
     with pytest.raises(ShipError) as refused:
-        run_pte(pte, [torch.randn(3, 5)])
+        run_pte(pte, [torch.randn(1, 4)])  # within the bound (2, 4), but that dim is static
     message = str(refused.value)
-    assert "refused the .pte's forward on inputs (float32[3, 5])" in message
+    assert "refused the .pte's forward on inputs (float32[1, 4])" in message
     assert "Attempted to resize a static tensor" in message  # ExecuTorch's log, captured
     assert "0x10" in message
+
+
+class Embed(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(10, 4)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.table(tokens) * 2
+
+
+@pytest.fixture(scope="module")
+def embed_pte() -> bytes:
+    """A .pte lowered for int64 tokens [1, seq] with seq in [2, 16]."""
+    seq = torch.export.Dim("seq", min=2, max=16)
+    exported = torch.export.export(Embed().eval(), (torch.zeros(1, 8, dtype=torch.long),),
+                                   dynamic_shapes=({1: seq},))
+    return to_executorch(exported).buffer
+
+
+@pytest.mark.parametrize(("inputs", "message"), [
+    ([torch.zeros(1, 20, dtype=torch.long)],
+     "run_pte: dim 1 of input 0 of the .pte's forward is 20, past the bound 16 the .pte was "
+     "lowered for (shape at most (1, 16)); export with a larger Dim max and lower it again"),
+    ([torch.zeros(1, 8, dtype=torch.int32)],
+     "run_pte: input 0 of the .pte's forward has dtype torch.int32, the .pte takes "
+     "torch.int64; convert it with .to(torch.int64)"),
+    ([torch.zeros(8, dtype=torch.long)],
+     "run_pte: input 0 of the .pte's forward has rank 1 (shape (8,)), the .pte takes rank 2 "
+     "(shape at most (1, 16))"),
+    ([torch.zeros(1, 8, dtype=torch.long)] * 2,
+     "run_pte: the .pte's forward takes 1 inputs, got 2"),
+])
+def test_inputs_past_the_methods_metadata_are_refused_before_running(embed_pte, inputs,
+                                                                     message):
+    with pytest.raises(InputError) as refused:
+        run_pte(embed_pte, inputs)
+    assert str(refused.value).startswith(message)
+
+
+def test_inputs_within_the_bound_run(embed_pte):
+    assert run_pte(embed_pte, [torch.zeros(1, 16, dtype=torch.long)])[0].shape == (1, 16, 4)
+
+
+def test_a_token_past_the_vocabulary_is_the_kernels_refusal_with_its_reason(embed_pte):
+    with pytest.raises(ShipError) as refused:
+        run_pte(embed_pte, [torch.full((1, 8), 50)])
+    message = str(refused.value)
+    assert "operator aten::embedding.out" in message and "50 >= weight.size(0) 10" in message
+    assert "with type id" not in message  # the argument list, noise beside the reason
+    assert "tensorplan" not in message
 
 
 def test_a_truncated_pte_is_refused_on_load(linear):
@@ -137,3 +189,13 @@ def test_a_refusal_of_ours_alone_says_which_switches_to_try(linear):
     assert whose_refusal(exported).startswith(
         "ExecuTorch's own lowering of the program runs: one of tensorplan's techniques broke it;"
         " ship without it (tensorplan pte --no-reuse / --no-reorder / --no-fold;")
+
+
+def test_check_pte_compares_eager_outputs_that_require_grad_without_a_warning(linear):
+    model, x, _, pte = linear
+    expected = model(x)  # no torch.no_grad(): the output requires grad
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        checked = check_pte(pte, [x], expected)
+    assert checked.matches
+    assert [str(w.message) for w in caught if "requires_grad" in str(w.message)] == []

@@ -62,6 +62,26 @@ class Program:
     _made: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
                                   compare=False)
 
+    def __repr__(self) -> str:
+        """A few lines, not the tables: the values, the schedule's and the rewrites' choices,
+        and the plan's own ``repr`` (arena, lower bound, dims with their ranges)."""
+        schedule = self.schedule
+        reuses = len(schedule.reuses) if schedule else 0
+        rewrites = ", ".join(self._rewrites()) or "none"
+        return (f"Program({len(self.specs)} values, {reuses} written in place, "
+                f"{len(self.folded.computed)} folded, rewrites: {rewrites},\n"
+                f"        plan={self.plan!r})")
+
+    def _rewrites(self) -> list[str]:
+        """The rewrites kept, in a few words each."""
+        found = []
+        if self.patching is not None and self.patching.chosen.split:
+            rows, cols = self.patching.chosen.grid
+            found.append(f"patched {rows}x{cols} up to {self.patching.chosen.split}")
+        if self.chunking is not None and self.chunking.chosen.chunks > 1:
+            found.append(f"chunked in {self.chunking.chosen.chunks}")
+        return found
+
     def runner(self, arena: str = "grow") -> Runner:
         """A new runner with its own arena and state (initial buffer values) and fresh stats.
 

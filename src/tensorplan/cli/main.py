@@ -23,20 +23,21 @@ import warnings
 from collections.abc import Iterator, Sequence
 
 from tensorplan.cli import bench, diff, dsa, plan, pte, run
+from tensorplan.cli.options import FORMS
 from tensorplan.errors import InternalError, TensorPlanError
 from tensorplan.internal import versions
 
 EXIT_ERROR = 2  # exit code for a TensorPlanError (and argparse usage errors)
 EXIT_INTERNAL = 3  # exit code for an InternalError: a bug in tensorplan
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Take a PyTorch model to a fixed, verified memory plan: the shape bound, dtype and layout of
 every tensor, one arena for all of them, and where each one lives in it. Then run the model
 out of that arena, or hand the plan to a device as JSON or a C header.
 
-A TARGET is zoo:NAME (a built-in model), package.module:factory (a function of yours that
-returns (model, args[, kwargs, dynamic_shapes]); the current directory is importable), or a
-.pt2 file (torch.export.save) or a program saved with --save."""
+{textwrap.fill(f"A TARGET is {FORMS}.", width=92)}
+zoo:NAME is a built-in model; a factory is a function of yours that returns
+(model, args[, kwargs, dynamic_shapes]) (the current directory is importable)."""
 
 EXAMPLES = """\
 examples:

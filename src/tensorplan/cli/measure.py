@@ -87,7 +87,7 @@ def _bench_model(
 ) -> list[BenchRow]:
     example = load_example(target)
     if example is None:
-        program = load_exported(target)
+        program = load_exported(target, command="bench")
         if program.example_inputs is None:
             raise InputError(f"bench: {target} holds no example inputs to run it on")
         args, kwargs = program.example_inputs

@@ -22,7 +22,9 @@ from tensorplan.errors import InputError, TensorPlanError
 if TYPE_CHECKING:
     from tensorplan.banks.choice import Bank
 
-FORMS = "zoo:NAME, package.module:factory, path/to/file.py:factory, or the path of a .pt2 file"
+# What a TARGET may be: the help of every command that takes one, and its errors.
+FORMS = ("zoo:NAME, package.module:factory, path/to/file.py:factory, a .pt2 file "
+         "(torch.export.save), or a program saved with --save (.tplan)")
 WIDE = 160  # console width when stdout is not a terminal (files, pipes, tests)
 BANK_COST_STEP = 10.0  # a bank given without @COST costs this much more than the one before
 

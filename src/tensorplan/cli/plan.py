@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.cli.targets import compile_options, load_target
     from tensorplan.internal import stage
 
-    program = load_target(args.target, compile_options(args))
+    program = load_target(args.target, compile_options(args), command=args.command)
     with stage("report", program.exported_program):
         _report(program, args)
     return 0

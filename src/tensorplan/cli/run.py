@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     threads = options.set_threads(args.threads)
     example = load_example(args.target)
-    program = load_target(args.target, example=example)
+    program = load_target(args.target, example=example, command=args.command)
     if args.explain:
         print(explain(program.lowering()))
     inputs, kwargs = _inputs(program, example)

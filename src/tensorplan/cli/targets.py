@@ -14,6 +14,7 @@ A target is one of:
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import importlib
 import importlib.util
@@ -31,6 +32,7 @@ from tensorplan.cli.options import FORMS, banks
 from tensorplan.errors import InputError
 from tensorplan.formats.artifact import is_artifact
 from tensorplan.frontend.capture import capture
+from tensorplan.frontend.pt2 import other_format
 from tensorplan.plan.plan import PlanOptions
 from tensorplan.program import Program, compile, load
 from tensorplan.schedule.schedule import ScheduleOptions
@@ -69,18 +71,19 @@ def compile_options(args: argparse.Namespace) -> CompileOptions | None:
 
 
 def load_target(target: str, params: CompileOptions | None = None,
-                example: zoo.Example | None = None) -> Program:
+                example: zoo.Example | None = None, *, command: str) -> Program:
     """Compile the program ``target`` names (see the module docstring for the forms).
 
     A tensorplan program file keeps its saved plan unless ``params`` is given, in which case
     its embedded program is planned again with them; every other target is compiled with
     ``params`` (default ``CompileOptions()``). ``example`` is the target's ``load_example``
     when the caller has it already: a factory is called once, so the program is compiled from
-    the very model the caller compares it with. A malformed target raises ``InputError``.
+    the very model the caller compares it with. A malformed target raises ``InputError``
+    naming ``command`` (the subcommand it was given to) where it says what to give instead.
     """
     example = example or load_example(target)
     if example is None:
-        return _from_file(target, params)
+        return _from_file(target, params, command)
     return compile(example.model, example.args, example.kwargs,
                    dynamic_shapes=example.dynamic_shapes, **_options(params))
 
@@ -116,22 +119,52 @@ def _options(params: CompileOptions | None) -> dict[str, Any]:
             "pin": dict(options.pin) or None, "constants_bank": options.constants_bank}
 
 
-def load_exported(path: str) -> ExportedProgram:
-    """The program in a ``.pt2`` file or a tensorplan program file, not planned yet."""
-    _require_file(path)
+def load_exported(path: str, *, command: str) -> ExportedProgram:
+    """The program in a ``.pt2`` file or a tensorplan program file, not planned yet; a file
+    of another kind raises ``InputError`` saying what to give ``command`` instead."""
+    _require_program_file(path, command)
     return load(path).exported_program if is_artifact(path) else capture(path)
 
 
-def _from_file(path: str, params: CompileOptions | None) -> Program:
-    _require_file(path)
+def _from_file(path: str, params: CompileOptions | None, command: str) -> Program:
+    _require_program_file(path, command)
     if params is None and is_artifact(path):
         return load(path)
-    return compile(load_exported(path), **_options(params))
+    return compile(load_exported(path, command=command), **_options(params))
 
 
-def _require_file(path: str) -> None:
+def _require_program_file(path: str, command: str) -> None:
+    """``InputError`` when ``path`` is no file, or one that holds no program: Python source
+    (a factory target lacking its ``:FUNCTION``), an ExecuTorch ``.pte``, JSON."""
     if not os.path.isfile(path):
         raise InputError(f"target {path!r}: no such file")
+    if path.endswith(".py"):
+        raise InputError(_python_file(path))
+    with open(path, "rb") as file:
+        other = other_format(file.read(64), f"tensorplan {command}")
+    if other is not None:
+        raise InputError(f"target {path!r} is not a torch.export program but {other}")
+
+
+def _python_file(path: str) -> str:
+    """What to give instead of a Python file: ``path:FUNCTION``, with the functions it
+    defines at top level when they can be read."""
+    functions = _top_level_functions(path)
+    listed = f" (its top-level functions: {', '.join(functions)})" if functions else ""
+    return (f"target {path!r} is a Python file: name the function in it that returns the "
+            f"model and its example inputs, as {path}:FUNCTION{listed}")
+
+
+def _top_level_functions(path: str) -> list[str]:
+    """The public functions a Python file defines at top level, read without importing it
+    (none when it does not parse)."""
+    try:
+        with open(path, "rb") as file:
+            tree = ast.parse(file.read(), path)
+    except (OSError, SyntaxError, ValueError):  # ValueError: null bytes in the source
+        return []
+    return [node.name for node in tree.body
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")]
 
 
 def _from_factory(module_name: str, attribute: str) -> zoo.Example:

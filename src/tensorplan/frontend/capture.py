@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ import torch
 from torch.export import ExportedProgram
 
 from tensorplan.errors import CaptureError, FormatError
-from tensorplan.frontend.pt2 import load_exported, other_format
+from tensorplan.frontend.pt2 import load_exported, other_format, treespec_deprecation_silenced
 
 # Exception class names of torch.export failures, and what the user can do about each.
 _HINTS: tuple[tuple[str, str], ...] = (
@@ -33,10 +34,14 @@ _MESSAGE_HINTS: tuple[tuple[str, str], ...] = (
      "a .clone() of it"),
     ("Constraints violated", "the model needs a condition on a dynamic dim that does not hold "
      "over the whole Dim(min, max): narrow the range as the message says"),
+    ("in output, which is not a known type", "the model returns an object torch.export cannot "
+     "flatten (a cache object such as DynamicCache): pass use_cache=False (transformers) or "
+     "return plain tensors"),
 )
 _STOP = ("Developer debug context", "from user code:", "The error above", "Set TORCHDYNAMO")
 _CUT = ("For more information", "For more details")  # pointers to logs and pages, not reasons
 _REASON_LINES = 6  # lines of torch.export's message kept in a CaptureError
+_LINE_CHARS = 200  # a kept line is shortened to about this many characters
 
 
 def _reason(error: BaseException) -> str:
@@ -48,10 +53,38 @@ def _reason(error: BaseException) -> str:
         for cut in _CUT:
             line = line.split(cut)[0]
         if line.strip():
-            kept.append(line.rstrip()[:200])
+            kept.append(_shortened(line.rstrip()))
         if len(kept) == _REASON_LINES:
             break
     return "\n    ".join(kept)
+
+
+def _shortened(line: str) -> str:
+    """``line`` if it fits ``_LINE_CHARS``; else its leading sentences that fit, or (when the
+    first sentence alone is too long) its leading words and " …". A word or URL is kept whole
+    or dropped, never cut.
+
+    >>> line = "It failed. " + "See https://github.com/pytorch/functorch/issues/475. " * 4
+    >>> _shortened(line).endswith("/issues/475."), len(_shortened(line)) <= 200
+    (True, True)
+    """
+    if len(line) <= _LINE_CHARS:
+        return line
+    kept = _leading(re.split(r"(?<=[.!?])\s+", line), _LINE_CHARS)
+    if len(kept) <= _LINE_CHARS:
+        return kept
+    return _leading(kept.split(" "), _LINE_CHARS) + " …"
+
+
+def _leading(parts: list[str], limit: int) -> str:
+    """The first of ``parts`` and as many after it as fit in ``limit`` characters, joined
+    with spaces."""
+    kept = parts[0]
+    for part in parts[1:]:
+        if len(kept) + 1 + len(part) > limit:
+            break
+        kept = f"{kept} {part}"
+    return kept
 
 
 def _hint_for(error: BaseException) -> str:
@@ -72,7 +105,7 @@ def _load(path: str | os.PathLike[str]) -> ExportedProgram:
                            "with torch.export.save, or a module with example inputs")
     with open(path, "rb") as file:
         data = file.read()
-    other = other_format(data)
+    other = other_format(data, "tp.capture")
     if other is not None:
         raise CaptureError(f"capture: {os.fspath(path)!r} is not a torch.export program but "
                            f"{other}")
@@ -126,7 +159,8 @@ def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
     if is_core_aten(program):
         return program
     try:
-        return program.run_decompositions()
+        with treespec_deprecation_silenced():
+            return program.run_decompositions()
     except Exception as error:
         raise CaptureError(f"capture: decomposition to core ATen failed with "
                            f"{type(error).__name__}: {error}\n  hint: {_decomposition_hint(error)}"

@@ -4,16 +4,21 @@
 ``torch.load(weights_only=False)`` (or after a failed weights-only attempt), custom objects with
 plain pickle, and AOTInductor members as compiled code. Before handing an archive to it, every
 member it would unpickle must load with ``weights_only=True``; object and code members are
-refused outright.
+refused outright. The container types its inputs and outputs are made of are registered
+first (``pytree_types.py``: by importing the module of an installed package that defines
+each, never code from the archive).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import warnings
 import zipfile
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -21,6 +26,7 @@ from torch.export import ExportedProgram
 
 from tensorplan.errors import FormatError
 from tensorplan.frontend.dim_names import RECORD_MEMBER, DimNames, record_dim_names
+from tensorplan.frontend.pytree_types import register_named_types
 
 # Members of a torch.export archive (below its root folder) that hold data, not code.
 _DATA_MEMBERS = ("archive_format", "archive_version", "byteorder", ".data/", "models/",
@@ -32,11 +38,14 @@ _OBJECT_MEMBERS = ("data/constants/custom_obj_", "data/constants/opaque_obj_")
 def load_exported(data: bytes, where: str) -> ExportedProgram:
     """The program in a ``.pt2`` archive's bytes, with the ``Dim`` names it records (see
     ``save_exported``); ``FormatError`` naming ``where`` if the archive is damaged, not a
-    torch.export program, or would make torch unpickle objects."""
+    torch.export program, would make torch unpickle objects, or names an input or output
+    container type that no installed module registers."""
     refuse_pickles(data, where)
+    register_named_types(data, where)
     extra = {RECORD_MEMBER: ""}
     try:
-        program = torch.export.load(io.BytesIO(data), extra_files=extra)
+        with treespec_deprecation_silenced():
+            program = torch.export.load(io.BytesIO(data), extra_files=extra)
     except Exception as error:  # torch raises many types on a damaged archive
         raise FormatError(f"{where}: not a loadable torch.export program "
                           f"({type(error).__name__}: {error})") from error
@@ -49,7 +58,19 @@ def save_exported(program: ExportedProgram, file: str | os.PathLike[str] | io.By
                   names: DimNames) -> None:
     """Write ``program`` as ``torch.export.save`` does, with ``names`` (symbol -> ``Dim``
     name), which torch.export.save drops, as an extra member that ``load_exported`` reads."""
-    torch.export.save(program, file, extra_files={RECORD_MEMBER: json.dumps(dict(names))})
+    with treespec_deprecation_silenced():
+        torch.export.save(program, file, extra_files={RECORD_MEMBER: json.dumps(dict(names))})
+
+
+@contextlib.contextmanager
+def treespec_deprecation_silenced() -> Iterator[None]:
+    """Within: torch's own ``isinstance(treespec, LeafSpec)`` FutureWarning, which its
+    serializer and ``run_decompositions`` raise while copying a program's tree specs (nothing
+    the user wrote), is not shown; every other warning is."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`",
+                                category=FutureWarning)
+        yield
 
 
 def _recorded_names(text: str, where: str) -> dict[str, str]:
@@ -90,15 +111,20 @@ def _relative_members(data: bytes) -> set[str]:
         return set()
 
 
-def other_format(data: bytes) -> str | None:
-    """What a file that is no zip archive is, and what to give instead, when it is one
-    tensorplan knows of (an ExecuTorch ``.pte``, JSON); None otherwise."""
+def other_format(data: bytes, taker: str) -> str | None:
+    """What a file that is no zip archive is, and what to give ``taker`` (the command or
+    function it was given to) instead, when it is one tensorplan knows of (an ExecuTorch
+    ``.pte``, JSON); None otherwise. The first 64 bytes of a file are enough to tell.
+
+    >>> other_format(bytes(4) + b"ET12", "tensorplan run").split("; ")[1]
+    'give tensorplan run the model or the .pt2 it was lowered from'
+    """
     kind = file_format(data)
     if kind == "pte":
-        return ("an ExecuTorch program (.pte): it runs in ExecuTorch's runtime; give plan the "
-                "model or the .pt2 it was lowered from")
+        return (f"an ExecuTorch program (.pte): it runs in ExecuTorch's runtime; give {taker} "
+                "the model or the .pt2 it was lowered from")
     if kind == "json":
-        return ("a JSON file (a plan written by --json?): give plan a model, a .pt2, or a "
+        return (f"a JSON file (a plan written by --json?): give {taker} a model, a .pt2, or a "
                 "program saved with --save")
     return None
 

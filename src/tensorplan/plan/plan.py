@@ -122,6 +122,18 @@ class MemoryPlan:
     symbolic: SymbolicPlan | None = None    # offsets and arena as functions of the dynamic
     #                                         dims (None: a static program, or banks)
 
+    def __repr__(self) -> str:
+        """One line: the arena and its bound, what was placed and how, the dims' ranges and
+        each bank's arena (the storages themselves are in ``storages``)."""
+        parts = [f"arena {self.arena_bytes:,} B", f"lower bound {self.lower_bound_bytes:,} B",
+                 f"{len(self.storages)} storages", f"{len(self.regions)} regions",
+                 f"{self.algorithm}{' (optimal)' if self.optimal else ''}",
+                 f"order {self.order}"]
+        if self.symbolic is not None:
+            parts.append(f"dims {self.symbolic.listed()}")
+        parts += [f"bank {bank.name} {bank.arena_bytes:,} B" for bank in self.banks]
+        return f"MemoryPlan({', '.join(parts)})"
+
     def at(self, **dims: int) -> MemoryPlan:
         """The concrete plan at these sizes, by Dim name (a dim not given: its upper bound):
         every storage and region at its offset and size there, the arena and the lower bound

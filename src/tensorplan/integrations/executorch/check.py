@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -20,8 +21,11 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from tensorplan.errors import ShipError, TensorPlanError
+from tensorplan.errors import InputError, ShipError, TensorPlanError
 from tensorplan.report.compare import agreement
+
+# A runtime log line that lists a failed kernel call's argument types: noise beside its reason.
+_ARGUMENT_TYPE = re.compile(r"\] arg \d+ with type id \d+$")
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,10 @@ def run_pte(pte: bytes | str | Path, inputs: Sequence[torch.Tensor], *,
             method: str = "forward") -> list[Any]:
     """The outputs of ``method`` of the ``.pte`` (its bytes, or a path) run by ExecuTorch's
     runtime on the flat ``inputs`` (the program's user inputs in order), as tensors that own
-    their memory. Raises :class:`ShipError` with ExecuTorch's log when the runtime refuses the
-    program, the method or the inputs."""
+    their memory. Raises :class:`InputError` before running when the inputs differ from what
+    the method's metadata says it takes (their count, a dtype, a rank, a size past its bound),
+    and :class:`ShipError` with ExecuTorch's log when the runtime refuses the program, the
+    method or the inputs (an input's values, such as a token id past the vocabulary)."""
     data = Path(pte).read_bytes() if isinstance(pte, (str, Path)) else bytes(pte)
     try:
         from executorch.runtime import Runtime
@@ -52,11 +58,51 @@ def run_pte(pte: bytes | str | Path, inputs: Sequence[torch.Tensor], *,
             if method not in program.method_names:
                 raise ShipError(f"the .pte has no method {method!r}; it has "
                                 f"{', '.join(sorted(program.method_names))}")
+            _check_inputs(program.metadata(method), method, inputs)
             loaded = program.load_method(method)
             outputs = loaded.execute(list(inputs))
         except RuntimeError as error:
             raise ShipError(_refusal(method, inputs, error, log)) from None
     return [o.clone() if isinstance(o, torch.Tensor) else o for o in outputs]
+
+
+def _check_inputs(meta: Any, method: str, inputs: Sequence[Any]) -> None:
+    """Raise :class:`InputError` unless ``inputs`` are as many as ``method`` takes and each
+    tensor among them has its input's dtype, rank and sizes at most its sizes (``meta``: the
+    method's ``MethodMeta``, whose input sizes are the upper bounds of dynamic dims). Values
+    are not checked: a token id past the vocabulary is for the runtime's kernels to refuse."""
+    if meta.num_inputs() != len(inputs):
+        raise InputError(f"run_pte: the .pte's {method} takes {meta.num_inputs()} inputs, got "
+                         f"{len(inputs)}; pass its user inputs in order, flat")
+    for index, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor):
+            _check_input(f"input {index} of the .pte's {method}", value,
+                         meta.input_tensor_meta(index))
+
+
+def _check_input(name: str, value: torch.Tensor, info: Any) -> None:
+    """``InputError`` naming ``name`` unless ``value`` fits ``info`` (its ``TensorInfo``)."""
+    bound = tuple(info.sizes())
+    dtype = _torch_dtype(info.dtype())
+    if dtype is not None and value.dtype != dtype:
+        raise InputError(f"run_pte: {name} has dtype {value.dtype}, the .pte takes {dtype}; "
+                         f"convert it with .to({dtype})")
+    if value.dim() != len(bound):
+        raise InputError(f"run_pte: {name} has rank {value.dim()} (shape "
+                         f"{tuple(value.shape)}), the .pte takes rank {len(bound)} (shape at "
+                         f"most {bound})")
+    for dim, (size, most) in enumerate(zip(value.shape, bound, strict=True)):
+        if size > most:
+            raise InputError(f"run_pte: dim {dim} of {name} is {size}, past the bound {most} "
+                             f"the .pte was lowered for (shape at most {bound}); export with a "
+                             "larger Dim max and lower it again to run it larger")
+
+
+def _torch_dtype(code: int) -> torch.dtype | None:
+    """The torch dtype of ExecuTorch's ``ScalarType`` number ``code`` (None if it has none)."""
+    from executorch.exir.tensor import enum_to_scalar_map
+
+    return {int(scalar): dtype for scalar, dtype in enum_to_scalar_map.items()}.get(code)
 
 
 def check_pte(pte: bytes | str | Path, inputs: Sequence[torch.Tensor], expected: Any, *,
@@ -81,7 +127,7 @@ def _refusal(method: str, inputs: Sequence[torch.Tensor], error: RuntimeError,
     shapes = ", ".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
                        for t in inputs if isinstance(t, torch.Tensor))
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines()
-             if line.strip()]
+             if line.strip() and not _ARGUMENT_TYPE.search(line.strip())]
     said = "; ".join(lines[-5:]) if lines else "no log"
     return (f"ExecuTorch's runtime refused the .pte's {method} on inputs ({shapes}): {error} "
             f"(runtime log: {said})")

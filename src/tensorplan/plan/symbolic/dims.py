@@ -48,7 +48,7 @@ class SymbolicPlan:
         unknown = sorted(set(given) - set(known))
         if unknown:
             raise InputError(f"plan: no dynamic dim named {', '.join(unknown)}; the program's "
-                             f"dims are {self._listed()}{self._unnamed_hint()}")
+                             f"dims are {self.listed()}{self._unnamed_hint()}")
         sizes = {d.name: d.upper for d in self.dims}
         for name, size in given.items():
             dim = known[name]
@@ -58,7 +58,8 @@ class SymbolicPlan:
             sizes[dim.name] = int(size)
         return sizes
 
-    def _listed(self) -> str:
+    def listed(self) -> str:
+        """Every dim with its range, e.g. ``seq in [2, 128], batch in [1, 8]``."""
         return ", ".join(f"{d.name} in [{d.lower}, {d.upper}]" for d in self.dims)
 
     def _unnamed_hint(self) -> str:

@@ -103,3 +103,9 @@ def test_a_thread_count_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         main(["run", "zoo:mlp", "--threads", "0"])
     assert "--threads" in capsys.readouterr().err
+
+
+def test_run_of_a_dynamic_model_says_the_arena_at_its_example_sizes(capsys):
+    assert main(["run", "zoo:tiny_gpt", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "run out of a 65,664 B arena at seq=32 (655,872 B at the upper bounds)" in out

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     eager = None if example is None else (lambda: example.model(*inputs, **kwargs))
     result = compare(lambda: program.run(*inputs, **kwargs), eager, args.runs)
     table = Table(
-        title=f"{target_name(args.target)}: run out of a {program.plan.arena_bytes:,} B arena",
+        title=f"{target_name(args.target)}: run out of {_arena_text(program)}",
         caption=f"medians of {args.runs} runs on {threads}; fallbacks: ops run functionally "
                 "and copied into their planned storage, per run",
     )
@@ -59,6 +59,18 @@ def run(args: argparse.Namespace) -> int:
     )
     options.console().print(table)
     return 1 if result.matches is False else 0
+
+
+def _arena_text(program: Program) -> str:
+    """The arena the example inputs run in: with dynamic dims, at the example's sizes, and the
+    arena at the upper bounds beside it."""
+    plan = program.plan
+    if plan.symbolic is None:
+        return f"a {plan.arena_bytes:,} B arena"
+    sizes = {d.name: d.example for d in plan.symbolic.dims}
+    shown = ", ".join(f"{name}={size}" for name, size in sizes.items())
+    return (f"a {plan.arena_bytes_at(**sizes):,} B arena at {shown} "
+            f"({plan.arena_bytes:,} B at the upper bounds)")
 
 
 def _per_run(fallbacks: dict[str, int], runs: int) -> str:

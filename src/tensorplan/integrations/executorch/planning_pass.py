@@ -51,6 +51,7 @@ from tensorplan.integrations.executorch.banks import BankSetup, bank_arenas
 from tensorplan.integrations.executorch.links import Link, LinkRules, apply_links, find_links
 from tensorplan.integrations.executorch.moves import Copy, plan_copies, undo_copies
 from tensorplan.integrations.executorch.order import apply_order, candidate_orders
+from tensorplan.integrations.executorch.reuse_check import verify_storage_reuse
 from tensorplan.plan.planners import Buffer, plan_buffers
 from tensorplan.plan.planners.problem import lower_bound
 from tensorplan.plan.validate import find_violations, plan_error
@@ -328,11 +329,12 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             self.verify(graph_module, graph_signature)
 
     def verify(self, graph_module: torch.fx.GraphModule, graph_signature: Any) -> None:
-        """ExecuTorch's storage verifier, with this pass's allocation options, on a graph it
-        planned; ExecuTorch's InternalError on a bad plan."""
+        """ExecuTorch's storage verifier's rules, with this pass's allocation options, on a
+        graph it planned (over the pairs of specs whose bytes overlap: ``reuse_check.py``), and
+        its input/output check; ExecuTorch's InternalError on a bad plan."""
         verifier = Verifier(graph_module, self.alloc_graph_input, self.alloc_graph_output,
                             self.alloc_mutable_buffers, graph_signature)
-        verifier.verify_storage_reuse()
+        verify_storage_reuse(verifier)
         verifier.verify_graph_input_output()
 
 

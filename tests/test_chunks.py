@@ -535,3 +535,18 @@ def test_a_dynamic_gpt2_is_chunked_at_every_size_of_its_range():
     plain = tp.compile(model, (hf._tokens(32),), dynamic_shapes=({1: hf._seq_dim()},),
                        chunks="auto")
     assert "export the dim as a multiple, seq = 8 * Dim(\"blocks\"" in plain.chunking.declined
+
+
+def test_the_chunk_table_explains_its_columns():
+    from rich.console import Console
+
+    from tensorplan.report.chunks import chunking_table
+
+    gpt = tp.zoo.example("tiny_gpt")
+    prog = tp.compile(gpt.model, gpt.args, dynamic_shapes=gpt.dynamic_shapes, chunks="auto")
+    console = Console(width=200, record=True)
+    console.print(chunking_table(prog.chunking))
+    text = console.export_text()
+    assert "are seq (a dynamic dim)" in text  # why nothing was chunked, first
+    assert "chunks: how many pieces of token rows each region runs in" in text
+    assert "estimated peak: the bytes live at the busiest step" in text

@@ -245,6 +245,7 @@ def test_cli_plan_prints_the_candidates(capsys) -> None:
     assert "│ (as exported) │ 1x1  │ 393,216 B (384.0 KiB) │" in output
     kept = next(line for line in output.splitlines() if line.rstrip().endswith("yes  │"))
     assert "2x2" in kept and "262,144 B" in kept
+    assert "grid: patch rows x columns of the split value" in output  # each column explained
 
 
 def test_cli_refuses_a_malformed_grid(capsys) -> None:

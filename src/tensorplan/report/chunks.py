@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from tensorplan.report.glossary import caption
 from tensorplan.report.text import bytes_text
 from tensorplan.rewrite.chunks import Chunking
 
@@ -12,9 +13,11 @@ def chunking_table(chunking: Chunking) -> Table:
     """One row per chunk count: the estimated peak, the planned arena where it was planned,
     the multiply-add overhead, and which one was kept; the caption says why nothing was
     chunked when nothing was, and how many regions were found."""
-    table = Table(title=f"chunk counts ({len(chunking.regions)} regions; multiply-adds within "
-                        f"{chunking.max_overhead:.2f}x)",
-                  caption=chunking.declined or None)
+    terms = caption(("chunks", "estimated peak", "multiply-adds", "kept"))
+    table = Table(title=f"chunk counts ({len(chunking.regions)} regions of token rows; "
+                        f"multiply-adds within {chunking.max_overhead:.2f}x)",
+                  caption=f"{chunking.declined}\n{terms}" if chunking.declined else terms,
+                  caption_justify="left")
     for column in ("chunks", "estimated peak", "arena", "multiply-adds", "kept"):
         table.add_column(column, justify="left" if column == "kept" else "right")
     for candidate in chunking.candidates:

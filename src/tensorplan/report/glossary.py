@@ -41,6 +41,15 @@ GLOSSARY = {  # term (as the reports label it) -> what it means, in one line
                "in a grid of tiles and concatenated, so the whole maps before it never exist",
     "chunked": "each region (a layer's attention, its MLP) runs once per chunk of token rows, "
                "its split value concatenated from the chunks",
+    "split": "the value a patched prefix ends at: it is made tile by tile, the layers after "
+             "it run on it whole",
+    "grid": "patch rows x columns of the split value",
+    "multiply-adds": "the convolutions' or matmuls' multiply-adds over the program's as "
+                     "exported: what the halos of patches or the steps of chunks add",
+    "chunks": "how many pieces of token rows each region runs in (as exported: one)",
+    "estimated peak": "the bytes live at the busiest step, estimated from the rewrite's "
+                      "regions before any candidate is planned",
+    "kept": "the candidate compiled: the smallest arena within the multiply-add budget",
     "buffers": "the rows of the instance, each a size live over [lower, upper)",
     "peak": "the bytes the placement needs: the highest end (offset + size) of any buffer",
     "gap": "how far the peak is above the lower bound",

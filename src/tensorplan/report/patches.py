@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from tensorplan.report.glossary import caption
 from tensorplan.report.text import bytes_text
 from tensorplan.rewrite.patches import Patching
 
@@ -11,8 +12,11 @@ from tensorplan.rewrite.patches import Patching
 def patching_table(patching: Patching) -> Table:
     """One row per candidate: split value, grid, arena (tensorplan's greedy), multiply-add
     overhead, and which one was kept; the caption says why none was tried, when none was."""
+    terms = caption(("split", "grid", "multiply-adds", "kept"))
     table = Table(title=f"patch-by-patch candidates (multiply-adds within "
-                        f"{patching.max_overhead:.2f}x)", caption=patching.declined or None)
+                        f"{patching.max_overhead:.2f}x)",
+                  caption=f"{patching.declined}\n{terms}" if patching.declined else terms,
+                  caption_justify="left")
     for column in ("split", "grid", "arena", "multiply-adds", "kept"):
         table.add_column(column, justify="right" if column in ("arena", "multiply-adds")
                          else "left")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -605,8 +606,11 @@ def _static_sizes(program: ExportedProgram) -> set[int]:
 def _probe(lower: int, upper: int, taken: set[int]) -> int:
     """The largest prime in ``[lower, upper)`` no static size or other probe equals (no size
     equal to another by chance), else the largest such integer, else the bound itself."""
-    free = [n for n in range(upper - 1, lower - 1, -1) if n not in taken]
-    return next((n for n in free if sympy.isprime(n)), free[0] if free else upper)
+    free = (n for n in range(upper - 1, lower - 1, -1) if n not in taken)
+    first = next(free, None)
+    if first is None:
+        return upper
+    return next((n for n in itertools.chain((first,), free) if sympy.isprime(n)), first)
 
 
 def _read(found: Sequence[Region]) -> list[tuple[Any, ...]]:

@@ -85,8 +85,8 @@ def _measure(step: str, layers: int, cache: int, small: bool) -> dict:
                                 - before)
     if step != "compile":
         result["arena"] = common.executorch_arena_bytes(manager)
-        method = Runtime.get().load_program(manager.buffer).load_method("forward")
-        got = method.execute(list(example.args))[0]
+        program = Runtime.get().load_program(manager.buffer)  # owns the bytes
+        got = program.load_method("forward").execute(list(example.args))[0]
         result["difference"] = (got - expected).abs().max().item()
     return result
 

@@ -508,7 +508,8 @@ def test_a_dynamic_chunked_pte_equals_eager_at_three_sizes() -> None:
     model, args, dynamic = _dynamic_stack()
     prog = tp.compile(model, args, dynamic_shapes=dynamic, chunks=4)
     assert prog.chunking.chosen.chunks == 4
-    method = Runtime.get().load_program(to_executorch(prog).buffer).load_method("forward")
+    program = Runtime.get().load_program(to_executorch(prog).buffer)  # owns the bytes
+    method = program.load_method("forward")
     for blocks in (2, 7, 16):
         tokens = torch.randint(0, 50, (1, 8 * blocks))
         with torch.no_grad():

@@ -92,7 +92,8 @@ def test_a_copy_of_a_buffers_new_value_is_kept_and_the_pte_equals_eager() -> Non
     model = CacheRead()
     shipped = lower(torch.export.export(CacheRead(), (value, position)), fold=False)
     assert "expand_copy.out" in _ops(shipped)
-    method = Runtime.get().load_program(shipped.manager.buffer).load_method("forward")
+    program = Runtime.get().load_program(shipped.manager.buffer)  # owns the bytes
+    method = program.load_method("forward")
     for step in range(3):
         position = torch.tensor([step * 2])
         value = torch.randn(4, 1, 16)

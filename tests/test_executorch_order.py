@@ -59,5 +59,6 @@ def test_a_pte_in_each_order_equals_eager(monkeypatch, kept: str) -> None:
     monkeypatch.setattr(planning_pass, "candidate_orders", only)
     x = torch.randn(3, 16)
     shipped = lower(torch.export.export(Split(), (x,)), fold=False)
-    method = Runtime.get().load_program(shipped.manager.buffer).load_method("forward")
+    program = Runtime.get().load_program(shipped.manager.buffer)  # owns the bytes
+    method = program.load_method("forward")
     torch.testing.assert_close(method.execute([x])[0].clone(), Split()(x))

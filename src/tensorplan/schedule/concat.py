@@ -38,6 +38,8 @@ MobileNetV2's ``pad`` before each strided depthwise convolution then costs no se
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,7 +51,6 @@ from tensorplan.analysis.alias import AliasTable, MergedStorages, Slice, storage
 from tensorplan.analysis.liveness import lifetimes
 from tensorplan.ops.control_flow import graph_modules
 from tensorplan.ops.schemas import is_view
-from tensorplan.plan.planners import Buffer, lower_bound
 from tensorplan.schedule.reuse import last_reads, same_memory_layout
 from tensorplan.specs.layout import same_layout
 from tensorplan.specs.spec import SpecTable, TensorSpec
@@ -79,11 +80,48 @@ def _graphs(program: ExportedProgram, order: Sequence[str]) -> list[_Graph]:
     return graphs
 
 
-def _bound(program: ExportedProgram, alias: AliasTable, order: Sequence[str], graph: str) -> int:
-    """One graph's bound: the most bytes of its own storages live at one step."""
-    own = lifetimes(program, alias, order)[graph]
-    return lower_bound([Buffer(alias.storages[lt.storage].nbytes, lt.start, lt.end)
-                        for lt in own.lifetimes])
+class _Load:
+    """The bytes of one graph's own storages live at each step, kept up to date as storages
+    merge: a merged storage is live over the hull of its parts' lifetimes (each part is an
+    activation: live from its first definition to its last read) at the largest part's size,
+    as ``MergedStorages`` and ``liveness.py`` make it. The graph's bound after a merge is then
+    read without computing every lifetime again (a chunked transformer has hundreds of
+    ``cat``s)."""
+
+    def __init__(self, program: ExportedProgram, alias: AliasTable, order: Sequence[str],
+                 graph: str) -> None:
+        own = lifetimes(program, alias, order)[graph]
+        self.span = {lt.storage: (lt.start, lt.end) for lt in own.lifetimes}
+        self.nbytes = {sid: alias.storages[sid].nbytes for sid in self.span}
+        delta = [0] * (own.steps + 1)
+        for sid, (start, end) in self.span.items():
+            delta[start] += self.nbytes[sid]
+            delta[end] -= self.nbytes[sid]
+        self.load = list(itertools.accumulate(delta))
+
+    def bound(self) -> int:
+        """The most bytes live at one step (``lower_bound`` of the graph's storages)."""
+        return max(self.load, default=0)
+
+    def merged(self, into: int, sources: Sequence[int]) -> _Load:
+        """The load with ``sources`` merged into storage ``into`` (self is not changed)."""
+        new = copy.copy(self)
+        new.span, new.nbytes, new.load = dict(self.span), dict(self.nbytes), list(self.load)
+        parts = [sid for sid in (into, *sources) if sid in new.span]
+        if not parts:
+            return new
+        for sid in parts:
+            start, end = new.span.pop(sid)
+            new._add(start, end, -new.nbytes.pop(sid))
+        start = min(self.span[sid][0] for sid in parts)
+        end = max(self.span[sid][1] for sid in parts)
+        new.span[into] = (start, end)
+        new.nbytes[into] = max(self.nbytes[sid] for sid in parts)
+        new._add(start, end, new.nbytes[into])
+        return new
+
+    def _add(self, start: int, end: int, nbytes: int) -> None:
+        self.load[start:end] = [bytes_ + nbytes for bytes_ in self.load[start:end]]
 
 
 def _writes_like(values: Sequence[str], nodes: dict[str, torch.fx.Node], specs: SpecTable,
@@ -155,11 +193,20 @@ def _is_view(value: str, nodes: dict[str, torch.fx.Node]) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and is_view(node.target)
 
 
+@dataclass(frozen=True)
+class _Placed:
+    """A ``cat``'s inputs merged into its output's storage."""
+
+    table: AliasTable          # the table with them merged
+    slices: dict[str, Slice]   # each value moved -> its slice of the output's storage
+    into: int                  # the output's storage
+    merged: tuple[int, ...]    # the inputs' storages, now part of ``into``
+
+
 def _place(table: AliasTable, cat: torch.fx.Node, step: int, specs: SpecTable,
-           graph: _Graph, last: dict[int, int]) -> tuple[AliasTable, dict[str, Slice]] | None:
-    """The table with every input of ``cat`` merged into its output's storage, and the slices
-    of the values moved, when all of them can be made in place (``last``: each storage's last
-    read in ``table``); else None."""
+           graph: _Graph, last: dict[int, int]) -> _Placed | None:
+    """Every input of ``cat`` merged into its output's storage, when all of them can be made
+    in place (``last``: each storage's last read in ``table``); else None."""
     prefix = graph.prefix
     out = specs.spec_of(prefix + cat.name)
     into = storage_of_value(table, prefix + cat.name)
@@ -187,7 +234,7 @@ def _place(table: AliasTable, cat: torch.fx.Node, step: int, specs: SpecTable,
         slices.update({v: where for v in table.storages[storage].values
                        if not _is_view(v, graph.nodes)})
         merged.merge(into, storage)
-    return merged.table(slices), slices
+    return _Placed(merged.table(slices), slices, into, tuple(storages))
 
 
 def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
@@ -202,17 +249,18 @@ def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTabl
     table = alias
     for graph in _graphs(program, order):
         nodes = [graph.nodes[name] for name in graph.order]
-        last, bound = last_reads(nodes, table, graph.prefix), None
+        last, load = last_reads(nodes, table, graph.prefix), None
         for step, node in enumerate(nodes):
             if node.target not in PLACING_OPS:
                 continue
             found = _place(table, node, step, specs, graph, last)
-            if not found or not found[1]:
+            if not found or not found.slices:
                 continue
-            if bound is None:
-                bound = _bound(program, table, order, graph.prefix)
-            placed = _bound(program, found[0], order, graph.prefix)
-            if placed <= bound:
-                table, bound = found[0], placed
-                last = last_reads(nodes, table, graph.prefix)
+            load = load or _Load(program, table, order, graph.prefix)
+            placed = load.merged(found.into, found.merged)
+            if placed.bound() <= load.bound():
+                table, load = found.table, placed
+                last[found.into] = max(last[s] for s in (found.into, *found.merged))
+                for storage in found.merged:
+                    del last[storage]
     return table

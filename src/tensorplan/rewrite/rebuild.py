@@ -26,6 +26,7 @@ from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
 from tensorplan.errors import InternalError
+from tensorplan.frontend.fake import FakeOutputs
 
 
 class Rebuild:
@@ -39,6 +40,7 @@ class Rebuild:
         self._sizes: dict[Any, int | torch.fx.Node] = {}
         vals = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
         self.fake_mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+        self._outputs = FakeOutputs(self.fake_mode)
 
     def copy(self, node: torch.fx.Node) -> torch.fx.Node:
         """``node`` as it is, under its own name, reading the values its inputs now have."""
@@ -117,11 +119,17 @@ class Rebuild:
                kwargs: Mapping[str, Any]) -> Any:
         """``target`` on fake values: run on meta tensors of the same sizes and strides and
         wrapped as the program's fake tensors when every size is static (a third of the cost
-        of a fake dispatch), else in the fake mode itself."""
+        of a fake dispatch; a repeat on the same metadata costs less again, ``FakeOutputs``),
+        else in the fake mode itself."""
         fakes = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
         if not all(isinstance(d, int) for v in fakes for d in (*v.shape, *v.stride())):
             with self.fake_mode:
                 return target(*args, **kwargs)
+        return self._outputs(target, args, kwargs,
+                             lambda: self._on_meta(target, args, kwargs, fakes))
+
+    def _on_meta(self, target: Callable[..., Any], args: tuple[Any, ...],
+                 kwargs: Mapping[str, Any], fakes: list[torch.Tensor]) -> Any:
         meta = pytree.tree_map_only(torch.Tensor, lambda v: torch.empty_strided(
             v.shape, v.stride(), dtype=v.dtype, device="meta"), (args, kwargs))
         devices = {v.device for v in fakes}
@@ -143,9 +151,8 @@ class Rebuild:
         if lost:
             raise InternalError(f"rebuild: the new graph lost the names {lost[:5]} its "
                                 f"signature refers to", "rewrite")
-        module = torch.fx.GraphModule(source.graph_module, self.graph)
-        return ExportedProgram(
-            root=module, graph=module.graph, graph_signature=source.graph_signature,
+        return ExportedProgram(  # its graph module made once, from the source's attributes
+            root=source.graph_module, graph=self.graph, graph_signature=source.graph_signature,
             state_dict=source.state_dict, range_constraints=source.range_constraints,
             module_call_graph=source.module_call_graph, example_inputs=source.example_inputs,
             constants=source.constants, verifiers=source.verifiers)

@@ -7,9 +7,11 @@ they address the same bytes, which is the case when they agree once size-1 dims 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 
 def traced_dim_order(value: torch.Tensor) -> tuple[int, ...]:
@@ -23,11 +25,22 @@ def traced_dim_order(value: torch.Tensor) -> tuple[int, ...]:
     >>> traced_dim_order(torch.empty(2, 1, 4, 5, memory_format=torch.channels_last))
     (0, 2, 3, 1)
     """
+    shape, strides = tuple(value.shape), value.stride()
+    if all(type(d) is int for d in (*shape, *strides)):
+        return _static_dim_order(shape, strides)
     shape_env = _shape_env_of(value)
     if shape_env is None:
         return tuple(value.dim_order())
     with shape_env.suppress_guards():
         return tuple(value.dim_order())
+
+
+@functools.lru_cache(maxsize=4096)
+def _static_dim_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
+    """``dim_order()`` of a tensor of static sizes and strides (it depends on nothing else;
+    a transformer repeats a few hundred of them thousands of times)."""
+    with unset_fake_temporarily():
+        return tuple(torch.empty_strided(shape, strides, device="meta").dim_order())
 
 
 def _shape_env_of(value: torch.Tensor):

@@ -27,7 +27,7 @@ from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, rebind_unbacked
 
 from tensorplan.errors import CaptureError, UnsupportedOpError
-from tensorplan.frontend.fake import program_shape_env
+from tensorplan.frontend.fake import FakeOutputs, program_shape_env
 from tensorplan.ops.control_flow import ControlFlowOp, control_flow_op
 from tensorplan.specs.spec import TensorSpec
 
@@ -59,11 +59,16 @@ class _Retrace(torch.fx.Interpreter):
     """Runs a graph on fake values, recording each node's value under ``prefix + name``."""
 
     def __init__(self, module: torch.fx.GraphModule, shape_env: ShapeEnv | None, prefix: str,
-                 values: dict[str, TracedValue]) -> None:
+                 values: dict[str, TracedValue], outputs: FakeOutputs) -> None:
         super().__init__(module)
         self.shape_env = shape_env
         self.prefix = prefix
         self.values = values
+        self.outputs = outputs
+
+    def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self.outputs(target, args, kwargs,
+                            lambda: super(_Retrace, self).call_function(target, args, kwargs))
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op == "output":
@@ -95,7 +100,7 @@ class _Retrace(torch.fx.Interpreter):
         for graph_node in described.subgraph_nodes(n):
             submodule = self.fetch_attr(graph_node.target)
             prefix = f"{self.prefix}{graph_node.target}/"
-            _Retrace(submodule, self.shape_env, prefix, self.values).run(
+            _Retrace(submodule, self.shape_env, prefix, self.values, self.outputs).run(
                 *inputs, enable_io_processing=False)
 
 
@@ -117,7 +122,7 @@ def retrace(program: ExportedProgram) -> dict[str, TracedValue]:
     # concrete sizes (constant_pad_nd's C++ kernel guards Eq(s, example) and fixes the dim);
     # forward values need no autograd
     with fake_mode, enable_python_dispatcher(), torch.no_grad(), fresh, _export_backends():
-        _Retrace(program.graph_module, shape_env, "", values).run(
+        _Retrace(program.graph_module, shape_env, "", values, FakeOutputs(fake_mode)).run(
             *inputs, enable_io_processing=False)
     return values
 

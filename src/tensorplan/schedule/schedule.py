@@ -82,8 +82,30 @@ MAX_UNFOLD_TRIALS = 24
 MIN_UNFOLD_BYTES = 64  # a smaller kept value (a scalar) is not worth a trial
 
 
+class _Trials:
+    """Reuse along an order, and its greedy plan, each made once per (alias table, order):
+    the folding trials and the order trials meet on the exported order of the folding kept."""
+
+    def __init__(self, program: ExportedProgram, specs: SpecTable, reuse: bool,
+                 alignment: int) -> None:
+        self.program, self.specs, self.reuse, self.alignment = program, specs, reuse, alignment
+        self._made: dict[tuple[int, tuple[str, ...]],
+                         tuple[AliasTable, tuple[AliasTable, tuple[Reuse, ...]], MemoryPlan]] = {}
+
+    def reused(self, alias: AliasTable, order: Order
+               ) -> tuple[AliasTable, tuple[Reuse, ...], MemoryPlan]:
+        """``_reuse`` of ``alias`` along ``order``, and the greedy plan of what it gives."""
+        key = (id(alias), tuple(order))
+        if key not in self._made or self._made[key][0] is not alias:  # an id used again
+            table, reuses = _reuse(self.program, self.specs, alias, order, self.reuse)
+            plan = _plan(self.program, table, order, self.alignment)
+            self._made[key] = (alias, (table, reuses), plan)
+        _, (table, reuses), plan = self._made[key]
+        return table, reuses, plan
+
+
 def _folding(program: ExportedProgram, specs: SpecTable, roles: Roles, fold: bool,
-             reuse: bool, alignment: int) -> list[Choice]:
+             trials: _Trials) -> list[Choice]:
     """The folding choices to compare: none, and (when asked and anything folds) the folded
     program with as few values left unfolded as lowers arena + constants; each with its alias
     table and the bytes of the constants its runs read."""
@@ -98,10 +120,10 @@ def _folding(program: ExportedProgram, specs: SpecTable, roles: Roles, fold: boo
         return (folded, analyze(program, specs, roles, folded.computed),
                 constant_bytes({**still_read, **folded.kept}))
 
+    order = exported_order(program.graph)
+
     def cost(made: Choice) -> tuple[int, int]:
-        order = exported_order(program.graph)
-        arena = _plan(program, _reuse(program, specs, made[1], order, reuse)[0], order,
-                      alignment).arena_bytes
+        arena = trials.reused(made[1], order)[2].arena_bytes
         return arena + made[2], arena
 
     folded = choice(frozenset()) if fold else choices[0]
@@ -167,7 +189,8 @@ def schedule(program: ExportedProgram, specs: SpecTable, roles: Roles,
 
     Pure: reads the program, its specs and roles; returns new tables.
     """
-    choices = _folding(program, specs, roles, options.fold, options.reuse, alignment)
+    trials = _Trials(program, specs, options.reuse, alignment)
+    choices = _folding(program, specs, roles, options.fold, trials)
     baseline = choices[0][1]
     baseline_bound = _plan(program, baseline, None, alignment).lower_bound_bytes
     exported = {"exported": exported_order(program.graph)}
@@ -175,8 +198,7 @@ def schedule(program: ExportedProgram, specs: SpecTable, roles: Roles,
     for folded, alias, constants in choices:
         orders = candidate_orders(program.graph, alias) if options.reorder else exported
         for name, order in orders.items():
-            reused, reuses = _reuse(program, specs, alias, order, options.reuse)
-            plan = _plan(program, reused, order, alignment)
+            reused, reuses, plan = trials.reused(alias, order)
             key = (plan.arena_bytes + constants, plan.arena_bytes, plan.lower_bound_bytes)
             if best is None or key < best[0]:
                 best = (key, Schedule(reused, order, name, options.reuse, reuses, folded,

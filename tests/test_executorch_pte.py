@@ -426,6 +426,27 @@ def test_a_folding_that_cannot_win_is_estimated_not_lowered(monkeypatch) -> None
     assert (shipped.arena_bytes, shipped.constant_bytes) == ZOO["tiny_gpt"]
 
 
+def test_a_plan_a_rounding_above_its_bound_still_rules_a_folding_out() -> None:
+    """30 layers of SmolLM2's decode: the unfolded plan was 16 B above its bound (51,911,600
+    against 51,911,584) and two foldings that kept its busiest step full were lowered for
+    nothing (29 s and a second copy of the weights). Within ``PLANNER_ROUNDING`` they are
+    estimated; a plan further from its bound still lowers them."""
+    from tensorplan.integrations.executorch.planning_pass import GraphPlan
+    from tensorplan.integrations.executorch.ship import PLANNER_ROUNDING, FoldChoice, _unpaid
+
+    def plan(arena: int) -> GraphPlan:  # a, then b: b (and so the busiest step) is kept
+        return GraphPlan(arena, 1000, "exported", 0, 0, (), (("b", 600),), load=(400, 1000),
+                         storages=(((("a", 0, 1),), 400), ((("b", 1, 1),), 600)))
+
+    none = FoldChoice("none", 1016, 5000)
+    folded = {"forward": set()}  # the folding's values at the peak: none
+    estimated = _unpaid({"forward": plan(1016)}, [(none, 5000)], folded, 5008, "tensorplan")
+    assert estimated == FoldChoice("tensorplan", 1016, 5008, lowered=False)
+    far = 1000 + PLANNER_ROUNDING + 16
+    assert _unpaid({"forward": plan(far)}, [(FoldChoice("none", far, 5000), 5000)], folded,
+                   5008, "tensorplan") is None
+
+
 @pytest.mark.parametrize("name", ["tiny_gpt", pytest.param("hf_gpt2_dynamic",
                                                            marks=pytest.mark.slow),
                                   pytest.param("hf_bert_dynamic", marks=pytest.mark.slow)])

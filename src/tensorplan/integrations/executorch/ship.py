@@ -207,17 +207,24 @@ def _best_folding(edge: Any, config: Any, options: Any,
     return best, tried
 
 
+PLANNER_ROUNDING = 64  # B: an unfolded plan this close to its bound (30 layers of SmolLM2:
+#                       16 B over 52 MB) leaves a folding that keeps the busiest step full
+#                       less to win than any tensor at that step; it is not lowered for it
+
+
 def _unpaid(plans: Mapping[str, Any], lowered: Sequence[tuple[FoldChoice, int]],
             folded: Mapping[str, set[torch.fx.Node]], counted: int,
             name: str) -> FoldChoice | None:
     """The estimated figures of a folding that cannot win, or None when it must be lowered.
     ``plans`` are the unfolded program's (the first of ``lowered``: each folding lowered so
     far, with its constant bytes by ``fold.constant_bytes``' count; ``counted``: this one's).
-    It cannot win when every unfolded plan sits at its lower bound and removing the storages
-    of the values it folds leaves every method's busiest step as full (``_peak_without``; so
-    its arena is the unfolded one), and a folding lowered with an arena no larger holds no
-    more constants by that count (which differs from the emitted buffer's only by padding)."""
-    if any(p.arena_bytes != p.lower_bound_bytes or not p.load for p in plans.values()) or any(
+    It cannot win when every unfolded plan sits at its lower bound (within
+    ``PLANNER_ROUNDING``) and removing the storages of the values it folds leaves every
+    method's busiest step as full (``_peak_without``; so its arena is the unfolded one, or
+    at most that rounding below), and a folding lowered with an arena no larger holds no more
+    constants by that count (which differs from the emitted buffer's only by padding)."""
+    if any(p.arena_bytes - p.lower_bound_bytes > PLANNER_ROUNDING or not p.load
+           for p in plans.values()) or any(
             _peak_without(plans[m], {n.name for n in nodes}) < max(plans[m].load)
             for m, nodes in folded.items()):
         return None

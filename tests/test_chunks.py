@@ -21,6 +21,7 @@ from tensorplan.errors import InputError
 from tensorplan.report.rewrites import rewrite_notes
 from tensorplan.rewrite import chunks
 from tensorplan.rewrite.rows import WHOLE, Rows, input_rows, reshaped_rows
+from tensorplan.schedule.order import scheduled_nodes
 
 S, D, H = 64, 32, 4  # tokens, width, heads
 
@@ -268,6 +269,18 @@ def test_the_page_and_the_picture_say_the_program_is_chunked_and_where(tmp_path)
     assert rewrite_notes(declined)[0].summary == "not chunked"
     plot_timeline(chunked, tmp_path / "t.svg")
     assert notes[0].summary in (tmp_path / "t.svg").read_text()
+    assert "chunked: where its 2 regions run" in (tmp_path / "t.svg").read_text()
+    steps = [n.name for n in scheduled_nodes(chunked.exported_program.graph,
+                                             chunked.schedule.order)]
+    spans = dict(zip((r.split for r in chunked.chunking.regions), notes[0].spans, strict=True))
+    runs = [name not in chunked.schedule.folded.computed for name in steps]
+    for region in chunked.chunking.regions:  # from its first chunk's first node to its cat
+        start, end = spans[region.split]
+        assert steps[end - 1] == region.split and chunks.made_for(steps[start]) in region.nodes
+        assert not any(chunks.made_for(name) in region.nodes and run
+                       for name, run in zip(steps[:start], runs, strict=False))
+    assert page_data(chunked.plan, subject)["marks"][0]["spans"] == \
+        [list(span) for span in notes[0].spans]
 
 
 class Stem(nn.Module):

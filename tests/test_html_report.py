@@ -447,6 +447,8 @@ def test_patched_and_chunked_programs_are_marked_with_split_grid_and_chunks(brow
     regions = len(chunked.chunking.regions)
     assert mark.text == f"chunked chunked: {regions} regions in 4 chunks of rows"
     assert _terms(browser)["chunked"] == GLOSSARY["chunked"]
+    (key,) = browser.find_elements(By.CSS_SELECTOR, "#legend .key[data-label=chunked]")
+    assert key.text == f"chunked: where its {regions} regions run (the strip along the top)"
 
 
 def test_a_dsa_page_has_the_instance_s_figures_alone_and_the_file_s_name(browser, tmp_path):

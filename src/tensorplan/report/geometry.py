@@ -28,6 +28,7 @@ KIND_MEANINGS = {  # what a storage of each kind holds, as legends say it
 INSTANCE_MEANINGS = {"activation": "buffer (a row of the instance)"}  # a DSA instance's
 REGION_COLOUR = "#8172B2"
 PEAK_COLOUR = "#D62728"
+REWRITE_COLOUR = "#DD8452"  # where a rewrite runs: each chunked region's steps
 
 
 def kind_meanings(instance: bool) -> dict[str, str]:

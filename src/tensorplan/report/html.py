@@ -53,6 +53,7 @@ from tensorplan.report.geometry import (
     KIND_COLOURS,
     PEAK_COLOUR,
     REGION_COLOUR,
+    REWRITE_COLOUR,
     first_step,
     graph_steps,
     kind_meanings,
@@ -223,7 +224,8 @@ def page_data(plan: MemoryPlan, subject: Subject) -> dict[str, Any]:
     return {
         "summary": [*subject.figures,
                     *((n.label, f"{n.summary}: {n.detail}") for n in subject.notes)],
-        "marks": [{"label": n.label, "summary": n.summary} for n in subject.notes],
+        "marks": [{"label": n.label, "summary": n.summary, "spans": [list(s) for s in n.spans]}
+                  for n in subject.notes],
         "glossary": _glossary(plan, subject),
         "instance": subject.instance,
         "placeholders": subject.placeholders,
@@ -235,6 +237,7 @@ def page_data(plan: MemoryPlan, subject: Subject) -> dict[str, Any]:
         "kinds": {k: {"colour": KIND_COLOURS[k], "meaning": meanings[k]} for k in kinds},
         "region_colour": REGION_COLOUR,
         "peak_colour": PEAK_COLOUR,
+        "rewrite_colour": REWRITE_COLOUR,
         "storages": _storages(plan),
         "regions": _regions(plan),
         **_banks(plan),

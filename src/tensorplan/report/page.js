@@ -275,6 +275,12 @@
       : "lower bound " + humanBytes(data.lower_bound)]));
     items.push(el("span", { class: "key" }, [el("i", { class: "peak" }),
                                              "peak step " + data.peak.step]));
+    for (const mark of data.marks.filter((m) => m.spans.length)) {
+      items.push(el("span", { class: "key", "data-label": mark.label },
+                    [el("i", { style: "background:" + data.rewrite_colour }),
+                     mark.label + ": where its " + mark.spans.length + " regions run (the strip " +
+                     "along the top)"]));
+    }
     $("legend").replaceChildren(...items);
   }
 
@@ -476,7 +482,21 @@
     ctx.stroke();
   }
 
-  // The peak band, the regions, the bound (dashed) and the capacity (dotted) of a panel.
+  // Where each rewrite runs (a chunked program: each region's steps), a strip along the top of
+  // a panel, neighbours in two lanes so that regions that overlap in time stay apart.
+  function drawSpansOn(ctx, p) {
+    const lane = 5;
+    ctx.fillStyle = data.rewrite_colour;
+    for (const mark of data.marks) {
+      mark.spans.forEach(([start, end], i) => {
+        ctx.fillRect(sx(start), p.top + (i % 2) * lane, Math.max(sx(end) - sx(start), 1),
+                     lane - 1);
+      });
+    }
+  }
+
+  // The peak band, the regions, the spans of the rewrites, the bound (dashed) and the capacity
+  // (dotted) of a panel.
   function drawMarksOn(ctx, p) {
     const peakLeft = sx(data.peak.step);
     const peakWidth = Math.max(sx(data.peak.step + 1) - peakLeft, 1);
@@ -493,6 +513,7 @@
       ctx.strokeRect(sx(r.x0), sy(r.offset + r.size, p), sx(r.x1) - sx(r.x0),
                      sy(r.offset, p) - sy(r.offset + r.size, p));
     }
+    drawSpansOn(ctx, p);
     ctx.strokeStyle = "#000";
     ctx.lineWidth = 1;
     horizontal(ctx, boundOf(p), p, [6, 4]);

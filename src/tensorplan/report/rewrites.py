@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from tensorplan.program import Program
 from tensorplan.report.text import bytes_text
-from tensorplan.rewrite.chunks import Region
+from tensorplan.rewrite.chunks import Region, made_for
+from tensorplan.schedule.order import scheduled_nodes
 
 LISTED_REGIONS = 4  # regions named in a chunking's note; the rest counted
 
@@ -18,6 +19,8 @@ class Note:
     label: str
     summary: str  # what was kept, in a few words (the picture's title line)
     detail: str  # where, and the greedy arenas as exported and rewritten (the page)
+    spans: tuple[tuple[int, int], ...] = ()  # the top-level steps ``[start, end)`` it runs
+    #                                          over (chunked: each region's chunks and cat)
 
 
 def rewrite_notes(program: Program) -> list[Note]:
@@ -48,10 +51,32 @@ def rewrite_notes(program: Program) -> list[Note]:
             notes.append(Note("chunked", f"chunked: {len(chunking.regions)} regions in "
                                          f"{chosen.chunks} chunks of rows",
                               f"{where}. Greedy arena {bytes_text(base.arena_bytes)} as "
-                              f"exported, {bytes_text(chosen.arena_bytes)} chunked"))
+                              f"exported, {bytes_text(chosen.arena_bytes)} chunked",
+                              chunk_spans(program)))
         else:
             notes.append(Note("chunked", "not chunked", chunking.declined))
     return notes
+
+
+def chunk_spans(program: Program) -> tuple[tuple[int, int], ...]:
+    """The steps ``[start, end)`` of the program's schedule each chunked region runs over:
+    from its first chunk's first node that runs (not folded) to the ``cat`` that joins the
+    chunks, in the order of
+    ``chunking.regions`` (steps as the plan's lifetimes count them: placeholders first)."""
+    if program.chunking is None or program.chunking.chosen.chunks == 1:
+        return ()
+    graph = program.exported_program.graph
+    order = program.schedule.order if program.schedule else None
+    step = {node.name: i for i, node in enumerate(scheduled_nodes(graph, order))}
+    region_of = {name: r.split for r in program.chunking.regions for name in r.nodes}
+    folded = program.schedule.folded.computed if program.schedule else frozenset()
+    first: dict[str, int] = {}
+    for name, at in step.items():
+        split = None if name in folded else region_of.get(made_for(name) or "")
+        if split is not None:
+            first[split] = min(first.get(split, at), at)
+    return tuple((first[r.split], step[r.split] + 1) for r in program.chunking.regions
+                 if r.split in first and r.split in step)
 
 
 def _rows(region: Region) -> str:

@@ -4,7 +4,8 @@ Each storage is a rectangle ``[start, end) x [offset, offset + size)`` coloured 
 largest ones carry their first value's name and size when the text fits inside. Each
 control-flow region is a hatched rectangle labelled with its node, its subgraphs' storages
 drawn inside it (see ``geometry.py``). The peak step is a shaded band, the lower bound a dashed
-line, and the legend says what each colour means. With memory banks each bank is drawn on its
+line, a strip along the top marks the steps each chunked region runs over, and the legend
+says what each colour means. With memory banks each bank is drawn on its
 own axis, fastest at the top, with its own lower bound (and its capacity, when the axis reaches
 it), titled with its arena, capacity, traffic and cost (``banks.bank_rows``). matplotlib is
 imported only here, on demand (``pip install tensorplan[plot]``).
@@ -25,6 +26,7 @@ from tensorplan.report.geometry import (
     KIND_COLOURS,
     PEAK_COLOUR,
     REGION_COLOUR,
+    REWRITE_COLOUR,
     XMap,
     first_step,
     graph_steps,
@@ -165,6 +167,25 @@ def _marks(ax: Any, plan: MemoryPlan, bound: int) -> list[Any]:
     return [line, band]
 
 
+SPAN_LANE = 0.025  # the height of a rewrite's strip along an axis's top, in axis fractions
+
+
+def _rewrite_spans(ax: Any, subject: Subject) -> list[Any]:
+    """Each rewrite's steps (``Note.spans``: each chunked region's) as a strip along the top
+    of the axis, neighbours in two lanes so that regions that overlap in time stay apart;
+    one legend entry per rewrite."""
+    marks = []
+    for note in subject.notes:
+        for i, (start, end) in enumerate(note.spans):
+            lane = 1 - SPAN_LANE * (1 + i % 2)
+            band = ax.axvspan(start, end, ymin=lane, ymax=lane + SPAN_LANE, zorder=5,
+                              facecolor=REWRITE_COLOUR, edgecolor="white", linewidth=0.5,
+                              label=f"{note.label}: where its {len(note.spans)} regions run"
+                              if i == 0 else None)
+            marks += [band] if i == 0 else []
+    return marks
+
+
 def _bank_caption(plan: MemoryPlan, bank: BankPlan) -> str:
     """A bank axis's title: its arena and capacity, bound, traffic, share and cost."""
     row = dict(zip(BANK_COLUMNS, next(r for r in bank_rows(plan) if r[0] == bank.name),
@@ -192,16 +213,18 @@ def _steps_label(subject: Subject) -> str:
             f"{subject.placeholders} placeholders, where nothing runs)")
 
 
-def _axis(ax: Any, plan: MemoryPlan, maps: dict[str, XMap], bank: BankPlan | None) -> list[Any]:
-    """One axis: the storages and regions of ``bank`` (all of them without banks), its bound
-    and the peak band; returns the marks for its legend."""
+def _axis(ax: Any, plan: MemoryPlan, maps: dict[str, XMap], bank: BankPlan | None,
+          subject: Subject) -> list[Any]:
+    """One axis: the storages and regions of ``bank`` (all of them without banks), its bound,
+    the peak band and where the rewrites run; returns the marks for its legend."""
     name = bank.name if bank else ""
     arena = bank.arena_bytes if bank else plan.arena_bytes
     bound = bank.lower_bound_bytes if bank else plan.lower_bound_bytes
     top = max(arena, bound, 1) * 1.08
     _draw_storages(ax, plan, maps, name)
     _draw_regions(ax, plan, maps, name)
-    marks = _marks(ax, plan, bound) + (_capacity(ax, bank, top) if bank else [])
+    marks = _marks(ax, plan, bound) + (_capacity(ax, bank, top) if bank else []) + \
+        _rewrite_spans(ax, subject)
     ax.set_xlim(first_step(plan), graph_steps(plan, ""))
     ax.set_ylim(0, top)
     ax.set_ylabel(f"offset in bank {name}" if bank else "arena offset")
@@ -220,7 +243,7 @@ def draw(plan: MemoryPlan, subject: Subject) -> Any:
     fig, axes = plt.subplots(len(banks), 1, figsize=(12, max(6.0, 3.4 * len(banks))),
                              layout="constrained", dpi=DPI, sharex=True, squeeze=False)
     for row, (ax, bank) in enumerate(zip(axes[:, 0], banks, strict=True)):
-        marks = _axis(ax, plan, maps, bank)
+        marks = _axis(ax, plan, maps, bank, subject)
         handles = _kind_handles(plan, subject.instance) if row == 0 else []
         ax.legend(handles=[*handles, *marks], loc="upper left", bbox_to_anchor=(1.01, 1),
                   fontsize="small")
@@ -240,7 +263,8 @@ def plot_timeline(program: Program, path: str | os.PathLike[str], name: str = "m
     the byte offset in the arena (with memory banks: one axis per bank, each with its own
     bound, titled with its capacity, traffic and cost). Storages are coloured by kind and the
     largest ones labelled, regions hatched, the lower bound a dashed line and the peak step a
-    shaded band; the title says whether the program was patched or chunked. Raises
+    shaded band; the title says whether the program was patched or chunked, and a strip along
+    the top where each chunked region runs. Raises
     ``TensorPlanError`` when matplotlib is missing.
     """
     plot_plan(program.plan, path, model_subject(program, name, {}))

@@ -380,6 +380,17 @@ class _Chunks:
         return local[region.split]
 
 
+CHUNK_TAG = "_chunk"  # a chunk's node is named its original's name, this, and the chunk's index
+
+
+def made_for(name: str) -> str | None:
+    """The node of the program as exported a chunked program's node ``name`` runs a chunk of
+    (``mm_3_chunk12`` -> ``mm_3``; the rows a chunk reads, ``x_rows_chunk0``, were made for
+    ``x_rows``), or None for a node that is not a chunk's."""
+    base, tag, index = name.rpartition(CHUNK_TAG)
+    return base if tag and base and index.isdigit() else None
+
+
 @_at_bounds
 def chunk_program(program: ExportedProgram, found: Sequence[Region],
                   counts: Sequence[int]) -> ExportedProgram:
@@ -412,7 +423,8 @@ def chunk_program(program: ExportedProgram, found: Sequence[Region],
     for node in program.graph.nodes:
         if node.name in chunked:
             region, spans = chunked[node.name]
-            parts = [chunks.region(region, span, f"_chunk{i}") for i, span in enumerate(spans)]
+            parts = [chunks.region(region, span, f"{CHUNK_TAG}{i}")
+                     for i, span in enumerate(spans)]
             chunks.build.env[node.name] = chunks.build.emit(
                 aten.cat.default, (parts, region.dim), like=node, name=node.name)
         elif node.name not in inside:

@@ -62,3 +62,46 @@ def test_a_pte_in_each_order_equals_eager(monkeypatch, kept: str) -> None:
     program = Runtime.get().load_program(shipped.manager.buffer)  # owns the bytes
     method = program.load_method("forward")
     torch.testing.assert_close(method.execute([x])[0].clone(), Split()(x))
+
+
+def _at_size(example, size: int) -> tuple:
+    """The example's inputs with every dynamic dim at ``size`` (tiled, then cut)."""
+    args = list(example.args)
+    for position, dims in enumerate(example.dynamic_shapes or ()):
+        for dim in dims or {}:
+            tensor = args[position]
+            repeats = [1] * tensor.dim()
+            repeats[dim] = -(-size // tensor.shape[dim])
+            args[position] = tensor.repeat(repeats).narrow(dim, 0, size)
+    return tuple(args)
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt", pytest.param("hf_bert_dynamic",
+                                                           marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kept", ["exported", "memory-greedy", "depth-first"])
+def test_every_order_of_a_dynamic_model_runs_equal_to_eager_across_its_range(
+        monkeypatch, name: str, kept: str) -> None:
+    """Issue 19 saw a depth-first or memory-greedy ``.pte`` of the dynamic tiny_gpt refused by
+    ExecuTorch's runtime (``et_view.cpp``: a view's numel); each order, shipped with folding as
+    ``to_executorch`` does, runs at the dim's smallest, an odd and its largest size."""
+    import tensorplan as tp
+    from tensorplan import zoo
+
+    candidates = order.candidate_orders
+
+    def only(graph, signature, planned):
+        found = candidates(graph, signature, planned)  # an order equal to another is dropped
+        return {"exported": found.get(kept, found["exported"])}
+
+    monkeypatch.setattr(planning_pass, "candidate_orders", only)
+    example = zoo.example(name)
+    program = tp.capture(example.model, example.args, dynamic_shapes=example.dynamic_shapes)
+    (bounds,) = program.range_constraints.values()
+    loaded = Runtime.get().load_program(lower(program).manager.buffer)  # owns the bytes
+    method = loaded.load_method("forward")
+    for size in (int(bounds.lower), 17, int(bounds.upper)):
+        args = _at_size(example, size)
+        with torch.no_grad():
+            expected = example.model(*args)
+        expected = expected if isinstance(expected, torch.Tensor) else expected[0]
+        torch.testing.assert_close(method.execute(list(args))[0].clone(), expected)

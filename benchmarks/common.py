@@ -288,7 +288,8 @@ def lower_banked_greedy(exported: Any, banks: Sequence[Any], rewritten: bool = F
     (``tp.Bank``, fastest first; bank ``k`` is ``mem_id`` ``k + 1``); raises ExecuTorch's
     ``BankPlacementError`` when it finds no placement. ``rewritten``: the edge program first
     gets tensorplan's rewrites (products of transposed copies made ``linear``, copies that
-    change nothing dropped), so that only the planning differs from tensorplan's ``.pte``."""
+    change nothing and expands read by broadcasting kernels dropped), so that only the
+    planning differs from tensorplan's ``.pte``."""
     from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.banked_memory_planning import Bank as ExecuTorchBank
     from executorch.exir.banked_memory_planning import (
@@ -296,6 +297,7 @@ def lower_banked_greedy(exported: Any, banks: Sequence[Any], rewritten: bool = F
         banked_memory_planning_pass,
     )
 
+    from tensorplan.integrations.executorch.broadcasts import broadcast_copies_removed
     from tensorplan.integrations.executorch.identities import identity_copies_removed
     from tensorplan.integrations.executorch.rewrite import linear_without_transposes
 
@@ -308,6 +310,7 @@ def lower_banked_greedy(exported: Any, banks: Sequence[Any], rewritten: bool = F
             for method in edge.methods:
                 linear_without_transposes(edge.exported_program(method))
                 identity_copies_removed(edge.exported_program(method))
+                broadcast_copies_removed(edge.exported_program(method))
         return edge.to_executorch(ExecutorchBackendConfig(
             memory_planning_pass=banked_memory_planning_pass(target)))
 

@@ -40,7 +40,8 @@ def pte_tables(name: str, shipped: Any, executorch_arena: int) -> Group:
             steps.add_row(method, technique, bytes_text(arena))
         steps.add_row(method, f"kept: order {plan.order}, {plan.in_place} in-place, "
                       f"{plan.concat} concat links, {shipped.linears} linear without "
-                      f"transposes, {shipped.identities} copies that change nothing dropped; "
+                      f"transposes, {shipped.identities} copies that change nothing and "
+                      f"{shipped.broadcasts} expands read by broadcasting kernels dropped; "
                       "final planner", bytes_text(plan.arena_bytes))
     folds = Table(title="foldings tried", caption=f"kept {shipped.folding}: {shipped.why}")
     for column in ("folding", "arena", "constants", "total", "kept"):

@@ -37,13 +37,13 @@ from torch.export.graph_signature import OutputKind
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_size(a: Any, b: Any) -> bool:
     """True when two sizes are known equal (ints, or symbols proven equal)."""
     return bool(statically_known_true(a == b))
 
 
 def _zero_pad(node: torch.fx.Node) -> bool:
-    return all(_same(p, 0) for p in node.args[1])
+    return all(same_size(p, 0) for p in node.args[1])
 
 
 def _identity_permutation(node: torch.fx.Node) -> bool:
@@ -77,7 +77,7 @@ def _unchanged(node: torch.fx.Node) -> bool:
     if not isinstance(out, torch.Tensor) or not isinstance(given, torch.Tensor):
         return False
     return (out.dtype == given.dtype and out.dim() == given.dim()
-            and all(_same(a, b) for a, b in zip(out.shape, given.shape, strict=True))
+            and all(same_size(a, b) for a, b in zip(out.shape, given.shape, strict=True))
             and _dim_order(out) is not None and _dim_order(out) == _dim_order(given)
             and check(node))
 
@@ -103,11 +103,17 @@ def _new_buffer_values(exported_program: Any) -> set[str]:
             if spec.kind == OutputKind.BUFFER_MUTATION}
 
 
+def buffer_values(exported_program: Any) -> set[str]:
+    """Names of the graph inputs of the buffers the program mutates and of the nodes whose
+    values it writes back to its buffers: a copy of either must stay (module docstring)."""
+    return _mutated_buffers(exported_program) | _new_buffer_values(exported_program)
+
+
 def identity_copies_removed(exported_program: Any) -> int:
     """Rewrite the edge program in place (see the module docstring); return how many copies
     were dropped."""
     graph = exported_program.graph
-    mutated = _mutated_buffers(exported_program) | _new_buffer_values(exported_program)
+    mutated = buffer_values(exported_program)
     dropped = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or not _unchanged(node):

@@ -12,7 +12,10 @@ overload, e.g. ``"aten::add.out"``) whose bytes ``out`` may take over; an op not
 reuses. ``BYTE_COPIES[version]`` lists the ops whose ``out`` is a byte copy of an argument (a
 reshape): ``out`` may start on those bytes whatever the shapes. ``CAT_IN_SLICES[version]`` says
 whether ``cat.out`` may be given inputs made in the slices of its output that they are copied
-to. A runtime version not listed gets neither.
+to. ``BROADCASTING[version][op]`` names the arguments of the out-variant ``op`` that its kernel
+broadcasts to the result's shape (over new leading dims and size-1 dims, the other operands
+broadcast too): an ``expand`` read only there may be dropped (``broadcasts.py``); measured by
+``tests/test_executorch_broadcasts.py``. A runtime version not listed gets none of these.
 """
 
 from __future__ import annotations
@@ -42,9 +45,26 @@ _BYTE_COPIES_1_5_1: Mapping[str, frozenset[str]] = {
     "aten::alias_copy.out": frozenset({"self"}),
 }
 
+# out-variant ops whose kernels broadcast the named arguments (every tensor argument of each):
+# each was given that argument unexpanded, in every position, from rank 2 under a rank-4
+# result, with size-1 middle dims, a size-1 last dim, and beside another broadcast operand.
+# Not here: masked_fill and floor_divide, which to_edge decomposes (into where and div)
+_BROADCASTING_1_5_1: Mapping[str, frozenset[str]] = {
+    **{f"aten::{name}.out": frozenset({"self", "other"}) for name in (
+        "add", "sub", "mul", "div", "maximum", "minimum", "logical_and", "logical_or",
+        "logical_xor", "atan2")},
+    "aten::div.out_mode": frozenset({"self", "other"}),
+    **{f"aten::{name}.Tensor_out": frozenset({"self", "other"}) for name in (
+        "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor",
+        "fmod", "remainder")},
+    "aten::pow.Tensor_Tensor_out": frozenset({"self", "exponent"}),
+    "aten::where.self_out": frozenset({"condition", "self", "other"}),
+}
+
 OVERLAP_SAFE: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _PORTABLE_1_5_1}
 BYTE_COPIES: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _BYTE_COPIES_1_5_1}
 CAT_IN_SLICES: Mapping[str, bool] = {"1.5.1": True}
+BROADCASTING: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _BROADCASTING_1_5_1}
 
 
 def installed_version() -> str:
@@ -65,3 +85,9 @@ def byte_copies(version: str | None = None) -> Mapping[str, frozenset[str]]:
 def cat_in_slices(version: str | None = None) -> bool:
     """Whether ``cat.out`` was measured to allow inputs made in its output's slices."""
     return CAT_IN_SLICES.get(installed_version() if version is None else version, False)
+
+
+def broadcasting(version: str | None = None) -> Mapping[str, frozenset[str]]:
+    """The measured broadcasting kernels for ``version`` (default: installed); empty if
+    unmeasured."""
+    return BROADCASTING.get(installed_version() if version is None else version, {})

@@ -29,6 +29,7 @@ from tensorplan.banks.choice import Bank
 from tensorplan.errors import InputError, ShipError, TensorPlanError
 from tensorplan.integrations.executorch.algo import _memory_planning_module
 from tensorplan.integrations.executorch.banks import BankSetup
+from tensorplan.integrations.executorch.broadcasts import broadcast_copies_removed
 from tensorplan.integrations.executorch.check import PteCheck, check_exported, whose_refusal
 from tensorplan.integrations.executorch.fold import (
     apply_folds,
@@ -65,6 +66,7 @@ class Shipped:
     methods: Mapping[str, Any]  # method name -> planning_pass.GraphPlan
     linears: int  # products of a transposed copy made ``linear`` (rewrite.py)
     identities: int  # copies that changed nothing, dropped (identities.py)
+    broadcasts: int  # expands read only by broadcasting kernels, dropped (broadcasts.py)
     check: PteCheck | None = None  # the .pte run in ExecuTorch's runtime vs eager (check=True)
 
 
@@ -114,6 +116,7 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
 def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
           fold: bool = True, algorithm: str = "auto",
           kernels: Mapping[str, frozenset[str]] | None = None,
+          broadcasting: Mapping[str, frozenset[str]] | None = None,
           banks: Sequence[Bank] | None = None, pin: Mapping[str, str] | None = None,
           moves: bool = True, check: bool = False, eager: Any = None,
           prefer: str = "arena") -> Shipped:
@@ -123,7 +126,9 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     refuses the program raises ``ShipError``.
 
     ``kernels`` replaces the measured table of ``kernels.py`` (op key -> the arguments its
-    ``out`` may be placed on): for measuring another runtime's kernels, not for shipping.
+    ``out`` may be placed on), and ``broadcasting`` the measured table of which kernels
+    broadcast which arguments (``kernels.broadcasting``; ``{}`` drops no expand): for
+    measuring another runtime's kernels, not for shipping.
     """
     if prefer not in PREFERENCES:
         raise InputError(f"integrations.executorch: prefer must be one of "
@@ -137,6 +142,8 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     with torch.no_grad():
         linears = sum(linear_without_transposes(edge.exported_program(m)) for m in edge.methods)
         identities = sum(identity_copies_removed(edge.exported_program(m))
+                         for m in edge.methods)
+        broadcasts = sum(broadcast_copies_removed(edge.exported_program(m), broadcasting)
                          for m in edge.methods)
     setup = None if banks is None else BankSetup.of(banks, pin, moves=moves)
     options = PassOptions(reuse=reuse, reorder=reorder, algorithm=algorithm,
@@ -166,7 +173,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
             raise ShipError(f"{refused}; {whose_refusal(exported)}") from None
     return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
                    _why(choice, tried, prefer), tuple(tried), plans, linears, identities,
-                   checked)
+                   broadcasts, checked)
 
 
 def _best_folding(edge: Any, config: Any, options: Any,

@@ -206,7 +206,8 @@ def table(rows: Sequence[Row]) -> str:
             "yes" if row.equal else "NO",
             f"{row.times['eager']:.1f}; {common.ratio(row.times['off'], row.times['eager'])} → "
             f"{common.ratio(row.times['on'], row.times['eager'])}",
-            f"{row.seconds[0]:.0f} → {row.seconds[1]:.0f}"]) + " |")
+            f"{row.seconds[0]:.1f} → {row.seconds[1]:.1f} "
+            f"({common.ratio(row.seconds[1], row.seconds[0])})"]) + " |")
     return "\n".join(lines) + "\n"
 
 

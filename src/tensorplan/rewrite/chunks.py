@@ -49,7 +49,13 @@ from torch.utils._sympy.numbers import int_oo
 
 from tensorplan.errors import InputError
 from tensorplan.frontend.dim_names import dim_names, named
-from tensorplan.ops.schemas import is_view
+from tensorplan.rewrite.parts import (
+    Parted,
+    constants,
+    is_view_value,
+    peak_in_parts,
+    tensor_bytes,
+)
 from tensorplan.rewrite.rebuild import Rebuild
 from tensorplan.rewrite.rows import (
     _RESHAPES,
@@ -142,21 +148,6 @@ def _at_bounds(function: Callable[..., Any]) -> Callable[..., Any]:
     return sized
 
 
-def constants(program: ExportedProgram) -> set[str]:
-    """The parameters, constant tensors and buffers never written, and every value made from
-    them alone (a weight's transpose): computed once, whole (folded), never by rows."""
-    written = {s.target for s in program.graph_signature.output_specs
-               if s.kind.name == "BUFFER_MUTATION"}
-    found = {s.arg.name for s in program.graph_signature.input_specs
-             if s.kind.name in ("PARAMETER", "CONSTANT_TENSOR")
-             or (s.kind.name == "BUFFER" and s.target not in written)}
-    for node in program.graph.nodes:
-        if node.op == "call_function" and node.all_input_nodes and all(
-                n.name in found for n in node.all_input_nodes):
-            found.add(node.name)
-    return found
-
-
 def _is_check(node: torch.fx.Node) -> bool:
     """A node with no value and no reader: an assertion on its inputs."""
     return node.op == "call_function" and node.meta.get("val") is None and not node.users
@@ -228,7 +219,7 @@ class _Walk:
 def _region_of(split: torch.fx.Node, dim: int, found: Mapping[str, tuple[Rows, dict]],
                graph: torch.fx.Graph) -> Region:
     members = [n for n in graph.nodes if n.name in found]
-    inner = [n for n in members if n is not split and not _is_view(n)] or [split]
+    inner = [n for n in members if n is not split and not is_view_value(n)] or [split]
     largest = max(inner, key=_nbytes)
     checks = tuple(u.name for n in members for u in n.users if _is_check(u))
     size = split.meta["val"].shape[dim]
@@ -266,7 +257,7 @@ def regions(program: ExportedProgram, largest: int = 5) -> tuple[list[Region], l
     found: list[Region] = []
     for node in reversed(order):  # a view is no split: its chunks would be copied by the cat
         if node.name in taken or node.name in walk.fixed or not has_rule(node) \
-                or _is_view(node) or not isinstance(node.meta.get("val"), torch.Tensor):
+                or is_view_value(node) or not isinstance(node.meta.get("val"), torch.Tensor):
             continue
         region = _best_region(node, walk, graph)
         if region is not None:
@@ -451,70 +442,22 @@ def multiply_adds(program: ExportedProgram) -> int:
     return total
 
 
-def _tensor_bytes(node: torch.fx.Node) -> int:
-    value = node.meta.get("val")
-    values = value if isinstance(value, (tuple, list)) else [value]
-    return sum(math.prod(sizes(v)) * v.element_size() for v in values
-               if isinstance(v, torch.Tensor))
-
-
-def _is_view(node: torch.fx.Node) -> bool:
-    """A value in its source's storage: a view, or an item of a view op's tuple."""
-    op = node.target
-    if op is operator.getitem:
-        return _is_view(node.args[0])
-    return isinstance(op, torch._ops.OpOverload) and is_view(op)
-
-
-def _root(node: torch.fx.Node, roots: Mapping[str, str]) -> str:
-    """The value whose buffer ``node`` lives in (its own, or its view source's)."""
-    if _is_view(node) and isinstance(node.args[0], torch.fx.Node):
-        return roots.get(node.args[0].name, node.args[0].name)
-    return node.name
-
-
 @_at_bounds
 def estimate(program: ExportedProgram, found: Sequence[Region], counts: Sequence[int]) -> int:
     """The peak bytes live at once when the program runs in graph order with ``counts[i]``
     chunks for ``found[i]`` and one buffer per value (a view in its source's), read off the
-    program as exported, without rewriting it: a region's values at one chunk's rows, a value
-    a region reads from outside live until the region's last chunk, a split from its first
-    chunk on. It ranks chunk counts; the plan of the chosen one is the real figure."""
-    order = [n for n in program.graph.nodes if n.op == "call_function"]
-    index = {n.name: i for i, n in enumerate(order)}
-    region_of = {name: r for r in found for name in r.nodes}
-    count_of = {r.split: n for r, n in zip(found, counts, strict=True)}
-    first = {r.split: index[r.nodes[0]] for r in found}
-    fixed = constants(program)
-    roots: dict[str, str] = {}
-    size: dict[str, int] = {}
-    live: dict[str, list[int]] = {}
-    for i, node in enumerate(order):
-        if node.name in fixed:
-            continue
-        region = region_of.get(node.name)
-        root = roots[node.name] = _root(node, roots)
-        if root == node.name:
-            nbytes = _tensor_bytes(node)
-            if region is not None and node.name != region.split:
-                nbytes = math.ceil(nbytes * math.ceil(region.extent / count_of[region.split]) /
-                                   region.extent)
-            size[root] = nbytes
-            live[root] = [first.get(node.name, i), i]
-        for arg in node.all_input_nodes:
-            span = live.get(roots.get(arg.name, arg.name))
-            if span is not None:  # an activation (inputs and constants are not counted)
-                outside = region is not None and region_of.get(arg.name) is not region
-                span[1] = max(span[1], index[region.split] if outside else i)
-    change = [0] * (len(order) + 1)
-    for root, (start, stop) in live.items():
-        change[start] += size[root]
-        change[stop + 1] -= size[root]
-    peak = total = 0
-    for delta in change:
-        total += delta
-        peak = max(peak, total)
-    return peak
+    program as exported, without rewriting it (``parts.peak_in_parts``): a region's values at
+    one chunk's rows, a value a region reads from outside live until the region's last chunk,
+    a split from its first chunk on. It ranks chunk counts; the plan of the chosen one is the
+    real figure."""
+    nodes = {n.name: n for n in program.graph.nodes}
+    parted = []
+    for region, count in zip(found, counts, strict=True):
+        rows = math.ceil(region.extent / count)
+        parted.append(Parted(region.split, region.nodes, {
+            name: math.ceil(tensor_bytes(nodes[name]) * rows / region.extent)
+            for name in region.nodes}))
+    return peak_in_parts(program, parted)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ the layers up to a *split* value once per output patch, each on the input region
 needs (its receptive field, with the halo), keeps only one patch's maps live at a time; the
 patches are concatenated into the split value and the rest of the network runs as before
 (MCUNetV2's patch-based inference). :func:`patch_program` is a pure function from a program to a
-program: the patched program is an ordinary ``ExportedProgram`` for every later stage.
+program, built node by node (``rebuild.py``): the patched program is an ordinary
+``ExportedProgram`` for every later stage.
 
 Exactness. Every value ``v`` of the prefix is computed on a region of its rows and columns,
 clipped to its extent. An op with a spatial window (a convolution of any stride, dilation,
@@ -45,7 +46,7 @@ from torch.export import ExportedProgram
 
 from tensorplan.errors import InputError
 from tensorplan.frontend.dim_names import dim_names
-from tensorplan.rewrite.replay import Replay, call, export_again
+from tensorplan.rewrite.rebuild import Rebuild
 
 Span = tuple[int, int]  # [start, stop) of rows or columns, maybe outside the value's extent
 Region = tuple[Span, Span]  # (rows, columns)
@@ -307,59 +308,78 @@ def regions(split: Split, nodes: Mapping[str, torch.fx.Node], tile: Region) -> d
     return needed
 
 
-def _cut(value: torch.Tensor, have: Region, want: Region) -> torch.Tensor:
+PATCH_TAG = "_patch"  # a patch's node is named its original's name and this (fx numbers them)
+
+
+class _Emit:
+    """New nodes of the patched program: each op on the values (nodes) of the graph being
+    built, named after the node of the original it runs a patch of."""
+
+    def __init__(self, program: ExportedProgram) -> None:
+        self.build = Rebuild(program)
+
+    def __call__(self, target: Any, args: tuple[Any, ...], like: torch.fx.Node,
+                 kwargs: Mapping[str, Any] | None = None) -> torch.fx.Node:
+        return self.build.emit(target, args, kwargs, like=like, name=f"{like.name}{PATCH_TAG}")
+
+
+def _cut(emit: _Emit, value: torch.fx.Node, have: Region, want: Region) -> torch.fx.Node:
     """The part ``want`` (inside ``have``) of a value computed on ``have``."""
     for dim, (h, w) in zip((2, 3), zip(have, want, strict=True), strict=True):
         if w != h:
-            value = aten.slice.Tensor(value, dim, w[0] - h[0], w[1] - h[0])
+            value = emit(aten.slice.Tensor, (value, dim, w[0] - h[0], w[1] - h[0]), like=value)
     return value
 
 
-def _padded(value: torch.Tensor, have: Region, needed: Region, extent: tuple[int, int],
-            fill: float) -> torch.Tensor:
+def _padded(emit: _Emit, value: torch.fx.Node, have: Region, needed: Region,
+            extent: tuple[int, int], fill: float) -> torch.fx.Node:
     """The input region ``needed`` (maybe past the border) from a value on ``have``."""
     inside = _clip(needed, extent)
-    value = _cut(value, have, inside)
+    value = _cut(emit, value, have, inside)
     (r0, r1), (c0, c1) = needed
     pad = [inside[1][0] - c0, c1 - inside[1][1], inside[0][0] - r0, r1 - inside[0][1]]
-    return aten.constant_pad_nd.default(value, pad, fill) if any(pad) else value
+    return emit(aten.constant_pad_nd.default, (value, pad, fill), like=value) \
+        if any(pad) else value
 
 
-def _windowed(node: torch.fx.Node, x: torch.Tensor, env: Mapping[str, Any]) -> Any:
+def _windowed(emit: _Emit, node: torch.fx.Node, x: torch.fx.Node,
+              env: Mapping[str, Any]) -> torch.fx.Node:
     """A windowed op on an input already padded to its region: the op without padding."""
     def arg(value: Any) -> Any:
         return env[value.name] if isinstance(value, torch.fx.Node) else value
 
     args = [arg(a) for a in node.args]
     if node.target is _CONV:
-        return _CONV(x, args[1], args[2], args[3], [0, 0], args[5], False, args[7], args[8])
+        return emit(_CONV, (x, args[1], args[2], args[3], [0, 0], args[5], False, args[7],
+                            args[8]), like=node)
     win = window(node)
     stride = list(win.stride)
     if node.target is _MAX_POOL:
-        return _MAX_POOL(x, list(win.kernel), stride, [0, 0], list(win.dilation), False)
-    return _AVG_POOL(x, list(win.kernel), stride, [0, 0], False, True, None)
+        return emit(_MAX_POOL, (x, list(win.kernel), stride, [0, 0], list(win.dilation),
+                                False), like=node)
+    return emit(_AVG_POOL, (x, list(win.kernel), stride, [0, 0], False, True, None), like=node)
 
 
-def _run(node: torch.fx.Node, env: dict[str, Any], have: Mapping[str, Region],
-         own: Region) -> Any:
+def _run(emit: _Emit, node: torch.fx.Node, env: dict[str, Any],
+         have: Mapping[str, Region], own: Region) -> torch.fx.Node:
     """One per-patch node on its region ``own``, its spatial inputs cut from their regions."""
     if node.target is operator.getitem:
-        return env[node.args[0].name][node.args[1]]
+        return emit(operator.getitem, (env[node.args[0].name], node.args[1]), like=node)
     win = window(node)
     if win is not None:
         source = node.args[0]
-        x = _padded(env[source.name], have[source.name], win.needs(own), _extent(source),
-                    win.fill)
-        return x if node.target is _PAD else _windowed(node, x, env)
+        x = _padded(emit, env[source.name], have[source.name], win.needs(own),
+                    _extent(source), win.fill)
+        return x if node.target is _PAD else _windowed(emit, node, x, env)
     images = {a.name for a in _spatial_inputs(node)}
 
     def value(a: Any) -> Any:
         if not isinstance(a, torch.fx.Node):
             return a
-        return _cut(env[a.name], have[a.name], own) if a.name in images else env[a.name]
+        return _cut(emit, env[a.name], have[a.name], own) if a.name in images else env[a.name]
 
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
-    return node.target(*args, **kwargs)
+    return emit(node.target, args, like=node, kwargs=kwargs)
 
 
 def _tile_regions(split: Split, nodes: Mapping[str, torch.fx.Node], grid: Grid
@@ -370,72 +390,65 @@ def _tile_regions(split: Split, nodes: Mapping[str, torch.fx.Node], grid: Grid
             for r0, r1 in _tiles(rows, grid[0])]
 
 
-def _run_tile(split: Split, nodes: Mapping[str, torch.fx.Node], env: Mapping[str, Any],
-              have: Mapping[str, Region]) -> torch.Tensor:
+def _run_tile(emit: _Emit, split: Split, nodes: Mapping[str, torch.fx.Node],
+              env: Mapping[str, Any], have: Mapping[str, Region]) -> torch.fx.Node:
     """The split value on one tile: its source cut to the tile's region, then the prefix."""
     local = dict(env)
     source = nodes[split.source]
     full = ((0, _extent(source)[0]), (0, _extent(source)[1]))
-    local[source.name] = _cut(env[source.name], full, have[source.name])
+    local[source.name] = _cut(emit, env[source.name], full, have[source.name])
     for name in split.region:
-        local[name] = _run(nodes[name], local, have, have[name])
+        local[name] = _run(emit, nodes[name], local, have, have[name])
     return local[split.node]
 
 
-def _reduced(node: torch.fx.Node, tiles: Sequence[Sequence[Mapping[str, Region]]],
-             split: Split, nodes: Mapping[str, torch.fx.Node], env: Mapping[str, Any]) -> Any:
+def _reduced(emit: _Emit, node: torch.fx.Node,
+             tiles: Sequence[Sequence[Mapping[str, Region]]], split: Split,
+             nodes: Mapping[str, torch.fx.Node], env: Mapping[str, Any]) -> torch.fx.Node:
     """A spatial ``mean``/``sum`` as the sum of its input's tiles (each computed on its own
     region), divided by the pixel count for a mean."""
     total = None
     for row in tiles:
         for have in row:
-            part = aten.sum.dim_IntList(_run_tile(split, nodes, env, have), [2, 3], True)
-            total = part if total is None else aten.add.Tensor(total, part)
+            part = emit(aten.sum.dim_IntList, (_run_tile(emit, split, nodes, env, have),
+                                               [2, 3], True), like=node)
+            total = part if total is None else emit(aten.add.Tensor, (total, part), like=node)
     if node.target is _MEAN:
         rows, cols = _extent(nodes[split.node])
-        total = aten.div.Tensor(total, rows * cols)
+        total = emit(aten.div.Tensor, (total, rows * cols), like=node)
     keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    return total if keep else aten.view.default(total, list(node.meta["val"].shape))
+    return total if keep else emit(aten.view.default, (total, list(node.meta["val"].shape)),
+                                   like=node)
 
 
-class _Patched(Replay):
-    """The program's graph run node by node, the split's prefix once per tile (its spatial
-    reductions and their gates once before)."""
-
-    def __init__(self, program: ExportedProgram, split: Split, grid: Grid) -> None:
-        super().__init__(program)
-        self.split, self.grid = split, grid
-        self.prefix = set(split.region) | set(split.once)
-        self.regions = _tile_regions(split, self.nodes, grid)
-        self.reductions = {name: (sub, _tile_regions(sub, self.nodes, grid))
-                           for name in split.once if _reduces_space(self.nodes[name])
-                           for sub in [_behind(split, self.nodes[name].args[0].name,
-                                               self.nodes)]}
-
-    def produce(self, node: torch.fx.Node, env: dict[str, Any]) -> bool:
-        if node.name == self.split.node:
-            env[node.name] = self._patches(env)
-        return node.name in self.prefix
-
-    def _patches(self, env: Mapping[str, Any]) -> torch.Tensor:
-        gates = dict(env)
-        for name in self.split.once:
-            node = self.nodes[name]
-            if name in self.reductions:
-                sub, tiles = self.reductions[name]
-                gates[name] = _reduced(node, tiles, sub, self.nodes, gates)
-            else:
-                gates[name] = call(node, gates)
-        rows = []
-        for needed in self.regions:
-            row = [_run_tile(self.split, self.nodes, gates, have) for have in needed]
-            rows.append(aten.cat.default(row, 3) if len(row) > 1 else row[0])
-        return aten.cat.default(rows, 2) if len(rows) > 1 else rows[0]
+def _patches(emit: _Emit, program: ExportedProgram, split: Split, grid: Grid) -> torch.fx.Node:
+    """The split value made patch by patch (its spatial reductions and their gates once
+    before), concatenated by rows of columns into a node of the split's name."""
+    nodes = {n.name: n for n in program.graph.nodes}
+    gates = dict(emit.build.env)
+    for name in split.once:
+        node = nodes[name]
+        if _reduces_space(node):
+            sub = _behind(split, node.args[0].name, nodes)
+            gates[name] = _reduced(emit, node, _tile_regions(sub, nodes, grid), sub, nodes,
+                                   gates)
+        else:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
+                                                 lambda a: gates[a.name])
+            gates[name] = emit(node.target, args, like=node, kwargs=kwargs)
+    rows = []
+    for needed in _tile_regions(split, nodes, grid):
+        row = [_run_tile(emit, split, nodes, gates, have) for have in needed]
+        rows.append(emit(aten.cat.default, (row, 3), like=nodes[split.node])
+                    if len(row) > 1 else row[0])
+    whole = (aten.cat.default, (rows, 2)) if len(rows) > 1 else (aten.alias.default, (rows[0],))
+    return emit.build.emit(*whole, like=nodes[split.node], name=split.node)
 
 
 def patch_program(program: ExportedProgram, split: Split, grid: Grid) -> ExportedProgram:
     """The program with ``split``'s prefix run once per tile of a ``grid`` over the split
-    value (tiles as even as the size allows), exported again in core ATen.
+    value (tiles as even as the size allows), every other node as it was. Built from the
+    program's graph without a second trace (``rebuild.py``).
 
     Pure: ``program`` is not modified. Raises ``InputError`` for a grid with a dimension
     below 1 or above the split value's rows or columns.
@@ -446,7 +459,14 @@ def patch_program(program: ExportedProgram, split: Split, grid: Grid) -> Exporte
         raise InputError(f"patches: a {grid[0]}x{grid[1]} grid does not fit the split value "
                          f"{split.node!r} of {rows}x{cols}; choose 1 <= rows <= {rows}, "
                          f"1 <= cols <= {cols}")
-    return export_again(_Patched(program, split, grid), program)
+    emit = _Emit(program)
+    prefix = set(split.region) | set(split.once)
+    for node in program.graph.nodes:
+        if node.name == split.node:
+            emit.build.env[node.name] = _patches(emit, program, split, grid)
+        elif node.name not in prefix:
+            emit.build.copy(node)
+    return emit.build.program()
 
 
 def _conv_macs(node: torch.fx.Node, region: Region | None = None) -> int:

@@ -1,14 +1,14 @@
 """A program's graph copied node by node into a new program, some nodes made another way.
 
-``chunks.py`` rewrites a program without tracing it again: :class:`Rebuild` copies the graph's
-nodes (their values, ``meta["val"]``, kept), emits new nodes whose values it computes on the
-program's own fake tensors (the same fake mode and ShapeEnv, so the values are those a trace
-would give), and wraps the new graph with the program's signature, state and range
-constraints. A size that is a function of the dynamic dims (a chunk's rows) is made by
+``chunks.py`` and ``patches.py`` rewrite a program without tracing it again: :class:`Rebuild`
+copies the graph's nodes (their values, ``meta["val"]``, kept), emits new nodes whose values it
+computes on the program's own fake tensors (the same fake mode and ShapeEnv, so the values are
+those a trace would give), and wraps the new graph with the program's signature, state and
+range constraints. A size that is a function of the dynamic dims (a chunk's rows) is made by
 ``size``: ``sym_size`` of an input and integer arithmetic, as a trace makes it. Every name the
-signature refers to is kept, so the result is an ordinary
-core-ATen program for every later stage, made in time linear in its nodes (a trace of a
-chunked transformer takes seconds per thousand nodes).
+signature refers to is kept, so the result is an ordinary core-ATen program for every later
+stage, made in time linear in its nodes (exporting a patched MobileNetV2 again took 1.6 s, a
+trace of a chunked transformer seconds per thousand nodes).
 """
 
 from __future__ import annotations

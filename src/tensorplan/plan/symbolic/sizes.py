@@ -15,6 +15,7 @@ sample: True only when ``p >= q`` at every integer point of the box.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import Counter
@@ -368,7 +369,14 @@ class Term:
 
 def term_at_least(x: Term, y: Term, box: Box) -> bool:
     """Proof that ``x >= y`` at every integer point of the box: the roundings they share
-    cancel, x's others are dropped, y's others are taken at their most."""
+    cancel, x's others are dropped, y's others are taken at their most. Each pair is proven
+    once per box (a chunked program compares the same sizes once per chunk)."""
+    return _term_at_least(x, y, tuple(sorted(box.ranges.items())))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _term_at_least(x: Term, y: Term, ranges: tuple[tuple[str, tuple[int, int]], ...]) -> bool:
+    box = Box(dict(ranges))
     shared = Counter(x.atoms) & Counter(y.atoms)
     rest_x = Term(x.poly, tuple((Counter(x.atoms) - shared).elements()))
     rest_y = Term(y.poly, tuple((Counter(y.atoms) - shared).elements()))

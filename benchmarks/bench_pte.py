@@ -7,7 +7,9 @@ For each zoo model (default: all) the script exports the example once
 (``torch.export.export``, strict=False), lowers it with each ExecuTorch configuration of
 ``common.EXECUTORCH_CONFIGS`` and with ``to_executorch`` (defaults: reuse, reorder, fold,
 algorithm "auto"), loads every program in ExecuTorch's runtime, runs it on the example inputs
-and compares the outputs with eager PyTorch. ExecuTorch's best configuration is
+and compares the outputs with eager PyTorch; it also compiles the example with ``tp.compile``
+(the Python plan) and, where the ``.pte``'s arena is above that plan's, names the ExecuTorch
+kernels that keep it there (``integrations.executorch.gap``). ExecuTorch's best configuration is
 ``common.best_result``'s (smallest arena among those that load and, where they run, equal
 eager; the same rule as ``bench_plan.py``). Run time: median ms of ``method.execute`` of
 tensorplan's ``.pte`` and of the best configuration's, calls interleaved, in the same runtime.
@@ -33,8 +35,10 @@ import common
 import torch
 from common import EXECUTORCH_CONFIGS, ExecuTorchResult, one_line, quiet
 
+import tensorplan as tp
 from tensorplan import zoo
 from tensorplan.integrations.executorch import Shipped, lower
+from tensorplan.integrations.executorch.gap import describe, pte_gap
 from tensorplan.zoo import Example
 
 REASON_CHARS = 90   # longest failure reason printed in a table cell
@@ -52,6 +56,8 @@ class Row:
     result: ExecuTorchResult  # tensorplan's .pte loaded, run and compared with eager
     seconds: float  # to_executorch wall time
     times: dict[str, float] | None  # median ms: "tensorplan" and "executorch" (best config)
+    python_arena: int | None = None  # tp.compile's plan.arena_bytes, None if it failed
+    gap: str = ""  # gap.describe of what keeps the .pte above the Python plan ("": nothing)
 
 
 def _export(example: Example) -> torch.export.ExportedProgram:
@@ -96,15 +102,26 @@ def measure(name: str, runs: int) -> Row:
         failed = ExecuTorchResult("tensorplan", None, None, "lower", one_line(error, REASON_CHARS))
         return Row(name, tuple(results), None, failed, time.perf_counter() - start, None)
     seconds = time.perf_counter() - start
+    python_arena, gap = _python_plan(example, shipped)
     ours = common.check_executorch("tensorplan", shipped.manager, example, expected,
                                    REASON_CHARS)
     chosen = common.best_result(results)
     times = _times(example, shipped.manager, lowered[chosen.config], runs) \
         if chosen is not None and ours.failed is None and chosen.failed is None else None
     return Row(name, tuple(results), dataclasses.replace(shipped, manager=None), ours, seconds,
-               times)
+               times, python_arena, gap)
 
 
+def _python_plan(example: Example, shipped: Shipped) -> tuple[int | None, str]:
+    """The Python plan's arena of the example and what keeps the .pte's above it (a failed
+    compile: None and its reason)."""
+    try:
+        with quiet():
+            program = tp.compile(example.model, example.args, example.kwargs,
+                                 dynamic_shapes=example.dynamic_shapes)
+    except Exception as error:  # a failure becomes the table cell, not a crash
+        return None, f"compile: {one_line(error, REASON_CHARS)}"
+    return program.plan.arena_bytes, describe(pte_gap(program, shipped))
 
 
 def _equal_cell(result: ExecuTorchResult) -> str:
@@ -128,7 +145,8 @@ def _plan_cells(shipped: Shipped) -> list[str]:
 def table(rows: Sequence[Row]) -> str:
     """One line per model: the .pte's plan, ExecuTorch's greedy and best, ratios, run."""
     header = ["model", ".pte arena (B)", "lower bound (B)", "constants (B)", "folding", "order",
-              "in-place / concat links", "ExecuTorch greedy (B)", "ExecuTorch best (B)",
+              "in-place / concat links", "Python plan (B)", ".pte above the Python plan because",
+              "ExecuTorch greedy (B)", "ExecuTorch best (B)",
               "best config", ".pte / best", "arena + constants / best's",
               "equals eager in ExecuTorch's runtime", "run: .pte / best's .pte",
               "to_executorch (s)"]
@@ -138,6 +156,8 @@ def table(rows: Sequence[Row]) -> str:
         plan = _plan_cells(row.shipped) if row.shipped else ["n/a"] * 6
         best_arena = chosen.arena if chosen else None
         line = [row.model, *plan,
+                str(row.python_arena) if row.python_arena is not None else "n/a",
+                row.gap or "-",
                 str(greedy.arena) if greedy.arena is not None else f"{greedy.failed} failed",
                 str(best_arena) if chosen else "none loads",
                 chosen.config + (" (†)" if chosen.failed else "") if chosen else "n/a",
@@ -152,7 +172,7 @@ def table(rows: Sequence[Row]) -> str:
 
 def summary(rows: Sequence[Row]) -> str:
     """Median and max of the .pte arena over ExecuTorch's best, models above 1.00x, totals
-    above the best's, and .pte programs that differ from eager."""
+    above the best's, .pte programs that differ from eager, and those above the Python plan."""
     ratios, totals = {}, {}
     for row in rows:
         chosen = common.best_result(row.executorch)
@@ -171,13 +191,16 @@ def summary(rows: Sequence[Row]) -> str:
                     and chosen.failed is None)
     both = sorted(row.model for row in rows if row.result.failed is not None
                   and row.model not in differ)
+    above_python = sorted(row.model for row in rows if row.shipped and row.python_arena is not None
+                          and row.shipped.arena_bytes > row.python_arena)
     return (f"**Summary** over {len(ratios)} models (the `_dynamic` variants left out): `.pte` "
             f"arena / ExecuTorch best median **{median:.2f}x** (target <= {TARGET_MEDIAN:.2f}x: "
             f"{'met' if median <= TARGET_MEDIAN else 'missed'}), max {ratios[worst]:.2f}x "
             f"({worst}); above 1.00x: {', '.join(above) or 'none'}; arena + constants above "
             f"the best's: {', '.join(heavier) or 'none'}; `.pte` not equal to eager in "
             f"ExecuTorch's runtime where ExecuTorch's own program is: {', '.join(differ) or 'none'}"
-            f" (both fail or differ in the runtime's kernels: {', '.join(both) or 'none'}).\n")
+            f" (both fail or differ in the runtime's kernels: {', '.join(both) or 'none'}); "
+            f"`.pte` arena above the Python plan's: {', '.join(above_python) or 'none'}.\n")
 
 
 def report(rows: Sequence[Row], runs: int) -> str:
@@ -188,7 +211,11 @@ def report(rows: Sequence[Row], runs: int) -> str:
         "buffers), with its lower bound for the chosen order and links; folding: the one kept "
         "(\"none\", or ExecuTorch's constant propagation when it gives a smaller arena + "
         "constants); links: outputs written over a dying argument by a measured kernel / "
-        "`cat` inputs made in their slices. ExecuTorch best: the configuration of "
+        "`cat` inputs made in their slices and pad inputs in the tail of the pad's output. "
+        "Python plan: `tp.compile`'s arena for the same example; where the `.pte`'s is above "
+        "it, the ExecuTorch kernels that hold apart, at the `.pte`'s busiest step, an input "
+        "and an output the Python plan holds in one storage, with the input's bytes "
+        "(`integrations.executorch.gap`). ExecuTorch best: the configuration of "
         "`common.EXECUTORCH_CONFIGS` with the smallest arena among those that load and, where "
         "they run, equal eager († marks one whose run fails in a kernel, as every "
         "configuration's does on that model). Equals eager: tensorplan's `.pte` loaded by "

@@ -5,7 +5,9 @@ placed on the bytes of the listed argument (which dies there); the program is lo
 ``to_executorch``, the link is checked in the written plan (same arena, same offset), and the
 program is run by ExecuTorch's runtime on odd sizes and compared with eager PyTorch. An op
 outside the table (``addmm``) is never given an overlapping ``out``; forced onto one, its kernel
-gives wrong values, which is why it is not in the table.
+gives wrong values, which is why it is not in the table. A pad's input is made in the tail of
+its output exactly where every block the kernel copies is read a block past where it is
+written; forced anywhere else in the tail, the kernel refuses (0x12).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ pytest.importorskip("executorch")
 
 from executorch.runtime import Runtime  # noqa: E402
 
-from tensorplan.integrations.executorch import kernels, lower  # noqa: E402
+from tensorplan.integrations.executorch import kernels, links, lower  # noqa: E402
 from tensorplan.integrations.executorch.links import op_key  # noqa: E402
 
 SHAPE = (3, 37, 41)  # odd sizes: no kernel's vector width divides them
@@ -147,6 +149,7 @@ def test_installed_runtime_is_measured() -> None:
     assert TABLE, "no measured table for the installed ExecuTorch"
     assert "aten::addmm.out" not in TABLE and "aten::mm.out" not in TABLE
     assert kernels.overlap_safe("0.0.0") == {} and kernels.cat_in_slices("0.0.0") is False
+    assert kernels.pad_in_tail("0.0.0") is False
 
 
 def test_every_entry_has_a_measurement() -> None:
@@ -227,6 +230,81 @@ def test_cat_inputs_made_in_their_slices() -> None:
     assert shipped.methods["forward"].concat == 5
     for actual, expected in zip(outputs, _expected(Concat(), args), strict=True):
         torch.testing.assert_close(actual, expected)
+
+
+class Padded(torch.nn.Module):
+    """A pad (fill 0.5) of ``h = 2 cos(x)``, which dies there."""
+
+    def __init__(self, pads: tuple[int, ...]) -> None:
+        super().__init__()
+        self.pads = pads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.pad(x.cos() * 2, self.pads, value=0.5).sin()
+
+
+# (pads, input shape, input made in the output's tail): odd sizes; placed exactly when the
+# padding written after the last block the kernel copies is at least a block
+PADS = [
+    ((0, 1, 0, 1), (2, 5, 37, 41), True),  # MobileNetV2's pad before a strided conv, batch 2
+    ((1, 1, 1, 1), (1, 3, 37, 41), True),
+    ((2, 2, 2, 2, 2, 2), (1, 3, 5, 7, 9), True),  # 3-D padding of a 5-D input
+    ((1, 0, 1, 0), (1, 3, 37, 41), False),  # nothing after the last row
+    ((0, 3), (3, 37, 41), False),  # 3 after the last row of 41
+    ((0, 0, 0, 0, 1, 2), (2, 3, 7, 9), False),  # channels: a block is a whole image
+]
+
+
+def _pad_in_tail(graph_module: torch.fx.GraphModule) -> bool:
+    """True when the pad's input lies inside its output's bytes, past their start."""
+    pad = next(n for n in graph_module.graph.nodes if op_key(n.target) == links.PAD_OP)
+    given, out = pad.args[0].meta["spec"], pad.kwargs["out"].meta["spec"]
+    return given.mem_id == out.mem_id and out.mem_offset < given.mem_offset \
+        and given.mem_offset + given.nbytes() <= out.mem_offset + out.nbytes()
+
+
+@pytest.mark.parametrize(("pads", "shape", "placed"), PADS)
+def test_pad_input_in_the_tail_of_its_output(pads: tuple[int, ...], shape: tuple[int, ...],
+                                             placed: bool) -> None:
+    assert kernels.pad_in_tail()
+    model, x = Padded(pads), torch.randn(*shape)
+    shipped, graph, outputs = _run(model, (x,))
+    assert _pad_in_tail(graph) == placed
+    assert shipped.methods["forward"].concat == int(placed)
+    torch.testing.assert_close(outputs[0], _expected(model, (x,))[0])
+
+
+class PaddedInput(torch.nn.Module):
+    """A pad of the graph's input itself, or of a ``relu`` written over it."""
+
+    def __init__(self, relu: bool) -> None:
+        super().__init__()
+        self.relu = relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.pad(x.relu() if self.relu else x, (0, 1, 0, 1), value=0.5).sin()
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_pad_of_a_graph_input_in_its_tail(relu: bool) -> None:
+    model, x = PaddedInput(relu), torch.randn(2, 5, 37, 41)
+    shipped, graph, outputs = _run(model, (x,))
+    assert _pad_in_tail(graph)
+    torch.testing.assert_close(outputs[0], _expected(model, (x,))[0])
+
+
+def test_pad_forced_into_its_tail_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measurement behind the condition: an input whose last block overlaps where it is
+    written (a pad with nothing after it), placed at the end of the output anyway, makes the
+    runtime's kernel refuse the call."""
+    monkeypatch.setattr(links, "_tail_offset", lambda pads, shape, padded, itemsize, alignment,
+                        room: room // alignment * alignment)
+    x = torch.randn(1, 3, 37, 41)
+    shipped = lower(torch.export.export(Padded((1, 0, 1, 0)), (x,)), reorder=False, fold=False)
+    assert _pad_in_tail(shipped.manager.exported_program().graph_module)
+    program = Runtime.get().load_program(shipped.manager.buffer)
+    with pytest.raises(RuntimeError, match="0x12"):
+        program.load_method("forward").execute([x])
 
 
 class Linear(torch.nn.Module):

@@ -2,20 +2,27 @@
 
 In-place reuse in a ``.pte`` means an out-variant kernel writes its result over an argument that
 dies there. Nothing in ExecuTorch promises which kernels tolerate that (its ``addmm`` and ``mm``
-give wrong values; its ``constant_pad_nd`` refuses), so tensorplan only does it where it was
-measured: each entry below was lowered with the overlap made, run in ExecuTorch's runtime (the
-pip wheel's portable kernels) on odd sizes, and compared with eager PyTorch by
-``tests/test_executorch_kernels.py``, which runs every entry again on each test run.
+give wrong values; its ``constant_pad_nd`` refuses a block that overlaps where it is written),
+so tensorplan only does it where it was measured: each entry below was lowered with the overlap
+made, run in ExecuTorch's runtime (the pip wheel's portable kernels) on odd sizes, and compared
+with eager PyTorch by ``tests/test_executorch_kernels.py``, which runs every entry again on
+each test run.
 
 ``OVERLAP_SAFE[version][op]`` names the arguments of the out-variant ``op`` (schema name and
 overload, e.g. ``"aten::add.out"``) whose bytes ``out`` may take over; an op not listed never
 reuses. ``BYTE_COPIES[version]`` lists the ops whose ``out`` is a byte copy of an argument (a
 reshape): ``out`` may start on those bytes whatever the shapes. ``CAT_IN_SLICES[version]`` says
 whether ``cat.out`` may be given inputs made in the slices of its output that they are copied
-to. ``BROADCASTING[version][op]`` names the arguments of the out-variant ``op`` that its kernel
-broadcasts to the result's shape (over new leading dims and size-1 dims, the other operands
-broadcast too): an ``expand`` read only there may be dropped (``broadcasts.py``); measured by
-``tests/test_executorch_broadcasts.py``. A runtime version not listed gets none of these.
+to. ``PAD_IN_TAIL[version]`` says whether ``constant_pad_nd.out`` may be given an input that
+lies in the last bytes of its output: its kernel writes the output front to back, copying the
+input block by block, and refuses (``InvalidArgument``) any block whose source and destination
+overlap, so an input placed where every block it copies starts at least one block past where
+that block is written is read before it is written over (``links.py`` places it only there;
+measured on odd sizes and pads like the tables here). ``BROADCASTING[version][op]`` names the
+arguments of the out-variant ``op`` that its kernel broadcasts to the result's shape (over
+new leading dims and size-1 dims, the other operands broadcast too): an ``expand`` read only
+there may be dropped (``broadcasts.py``); measured by ``tests/test_executorch_broadcasts.py``.
+A runtime version not listed gets none of these.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ _BROADCASTING_1_5_1: Mapping[str, frozenset[str]] = {
 OVERLAP_SAFE: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _PORTABLE_1_5_1}
 BYTE_COPIES: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _BYTE_COPIES_1_5_1}
 CAT_IN_SLICES: Mapping[str, bool] = {"1.5.1": True}
+PAD_IN_TAIL: Mapping[str, bool] = {"1.5.1": True}
 BROADCASTING: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _BROADCASTING_1_5_1}
 
 
@@ -85,6 +93,11 @@ def byte_copies(version: str | None = None) -> Mapping[str, frozenset[str]]:
 def cat_in_slices(version: str | None = None) -> bool:
     """Whether ``cat.out`` was measured to allow inputs made in its output's slices."""
     return CAT_IN_SLICES.get(installed_version() if version is None else version, False)
+
+
+def pad_in_tail(version: str | None = None) -> bool:
+    """Whether ``constant_pad_nd.out`` was measured to allow its input in its output's tail."""
+    return PAD_IN_TAIL.get(installed_version() if version is None else version, False)
 
 
 def broadcasting(version: str | None = None) -> Mapping[str, frozenset[str]]:

@@ -13,7 +13,12 @@ into a ``memory.alloc``'d ``out``):
 - **concatenation in place**: each input of a ``cat.out`` that is made by an out-variant op,
   read by nothing after the ``cat``, and starts at an aligned offset of a contiguous slice
   (every dim before the ``cat`` dim has size 1, and the inputs before it have static sizes),
-  is made directly in its slice of the output (``kernels.cat_in_slices``).
+  is made directly in its slice of the output (``kernels.cat_in_slices``);
+- **pad in its tail**: the whole storage of a ``constant_pad_nd.out``'s input (its value and
+  the values made over it in place), read by nothing after the pad (a graph input only where
+  inputs may be written over), is placed in the last bytes of the pad's output, where every
+  block the kernel copies is read at least one block after the bytes it writes
+  (``kernels.pad_in_tail``; ``_tail_offset``).
 
 Worked example: in ``h = relu(x @ w); y = h + 1`` the ``add.out`` may write over ``h``, which
 dies there: one link ``(add's out -> relu's out, offset 0)``; ``addmm`` is not in the table, so
@@ -34,6 +39,7 @@ import torch
 import torch.fx
 
 CAT_OP = "aten::cat.out"
+PAD_OP = "aten::constant_pad_nd.out"
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,8 @@ class Link:
     spec: Any  # executorch.exir.tensor.TensorSpec placed inside base
     base: Any  # the TensorSpec whose storage it lives in
     offset: int  # byte offset of spec inside base
-    kind: str  # "in-place" (out over a dying argument) or "concat" (input made in its slice)
+    kind: str  # "in-place" (out over a dying argument), "concat" (input made in its slice)
+    #            or "pad" (a pad's input made in the tail of its output)
     node: str  # name of the op node where the link is made
 
 
@@ -54,6 +61,7 @@ class LinkRules:
     overlap_safe: Mapping[str, frozenset[str]]  # op key -> arguments out may write over
     byte_copies: Mapping[str, frozenset[str]]  # op key -> arguments out is a byte copy of
     concat: bool  # inputs may be made in the slices of a cat's output
+    pad: bool  # a pad's input may be made in the tail of its output
     alignment: int  # every linked spec's offset inside its base is a multiple of this
     planned: frozenset[int]  # id() of the specs this graph's planner places
     inputs: bool  # graph inputs (placeholders) may be written over
@@ -171,7 +179,8 @@ def find_links(graph: torch.fx.Graph, graph_signature: Any, rules: LinkRules) ->
     """The concat and in-place links the graph admits in its current order (see module doc).
 
     Concatenation is decided first; an in-place link is then only made over an argument whose
-    whole storage (its views, its slices, what is already linked to it) dies at the op.
+    whole storage (its views, its slices, what is already linked to it) dies at the op; a pad's
+    input is placed last, with the storage the in-place links made of it.
     """
     nodes = list(graph.nodes)
     groups = StorageGroups(graph, spec_references(graph, graph_signature),
@@ -188,6 +197,15 @@ def find_links(graph: torch.fx.Graph, graph_signature: Any, rules: LinkRules) ->
             linked.add(id(link.spec))
             links.append(link)
             groups.join(link.spec, link.base)
+    if rules.pad:
+        bases = {id(link.spec): link for link in links}
+        for index, node in enumerate(nodes):
+            link = _pad_link(node, index, groups, rules, bases) \
+                if op_key(node.target) == PAD_OP else None
+            if link is not None:
+                bases[id(link.spec)] = link
+                links.append(link)
+                groups.join(link.spec, link.base)
     return links
 
 
@@ -304,3 +322,58 @@ def _overwritable(arg: torch.fx.Node, base_node: torch.fx.Node, base: Any, out: 
             and not base.const and _contiguous(out) and _contiguous(base)
             and base.allocated_memory >= out.allocated_memory
             and (arg is base_node or base.nbytes() == out.nbytes()))
+
+
+def _pad_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules: LinkRules,
+              bases: Mapping[int, Link]) -> Link | None:
+    """The link placing the storage of a pad's input (``bases``: the links found so far, by
+    id() of the linked spec) in the tail of the pad's output, or None."""
+    out, arg = _spec(node.kwargs.get("out")), _view_base(node.args[0])
+    value, arg_value = node.meta.get("val"), node.args[0].meta.get("val")
+    if out is None or (arg.op == "placeholder" and not rules.inputs) or _spec(arg) is None \
+            or not _static(value) or not _static(arg_value) or id(out) not in rules.planned \
+            or out.storage_base or not _contiguous(out) or arg_value.dtype != value.dtype:
+        return None
+    root = _spec(arg)
+    while id(root) in bases and bases[id(root)].offset == 0:
+        root = bases[id(root)].base
+    if id(root) in bases or root.storage_base is not None or id(root) not in rules.planned \
+            or root.const or not _contiguous(root) or groups.find(root) == groups.find(out) \
+            or root.nbytes() != arg_value.numel() * arg_value.element_size() \
+            or not groups.dies_at(root, index):
+        return None
+    offset = _tail_offset(list(node.args[1]), tuple(arg_value.shape), tuple(value.shape),
+                          value.element_size(), rules.alignment,
+                          out.allocated_memory - root.allocated_memory)
+    return None if offset is None else Link(root, out, offset, "pad", node.name)
+
+
+def _tail_offset(pads: list[int], shape: tuple[int, ...], padded: tuple[int, ...],
+                 itemsize: int, alignment: int, room: int) -> int | None:
+    """The byte offset, a multiple of ``alignment`` and at most ``room``, at which a dense
+    input of ``shape`` may lie in its dense padded output of shape ``padded``, or None.
+
+    The kernel writes the output front to back and copies the input in blocks (all of the dims
+    from the last padded one on); the input is read before it is written over when each block
+    is read at least one block past where it is written. Blocks are written ever further past
+    where they are read, so the last block decides.
+
+    >>> _tail_offset([0, 1, 0, 1], (1, 2, 4, 4), (1, 2, 5, 5), 4, 16, 50 * 4 - 32 * 4)
+    64
+    >>> _tail_offset([1, 0, 1, 0], (1, 2, 4, 4), (1, 2, 5, 5), 4, 16, 50 * 4 - 32 * 4) is None
+    True
+    """
+    rank = len(shape)
+    before = [0] * (rank - len(pads) // 2) + pads[0::2][::-1]
+    after = [0] * (rank - len(pads) // 2) + pads[1::2][::-1]
+    dims = [d for d in range(rank) if before[d] or after[d]]
+    if not dims or min(pads) < 0 or math.prod(shape) == 0:
+        return None
+    last = dims[-1]
+    block = math.prod(shape[last:])
+    strides = [math.prod(padded[d + 1:]) for d in range(rank)]
+    written = sum((shape[d] - 1 + before[d]) * strides[d] for d in range(last)) \
+        + before[last] * strides[last]
+    read = math.prod(shape) - block
+    offset = room // alignment * alignment
+    return offset if offset >= (written - read + block) * itemsize else None

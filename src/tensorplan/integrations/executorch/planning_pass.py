@@ -5,9 +5,9 @@ where ExecuTorch's own pass runs (last, on the out-variant graph, before the emi
 each method's graph:
 
 1. tries the node orders of :mod:`.order`; for each it finds the links of :mod:`.links`
-   (in-place reuse over measured kernels, inputs of a ``cat`` made in their slices) and plans the
-   graph's specs with tensorplan's greedy, keeping the order with the smallest arena (the
-   exported order on a tie);
+   (in-place reuse over measured kernels, inputs of a ``cat`` made in their slices, a pad's
+   input in the tail of its output) and plans the graph's specs with tensorplan's greedy,
+   keeping the order with the smallest arena (the exported order on a tie);
 2. rearranges the graph into that order (the emitter writes the instructions in graph order),
    writes the links onto the specs (``storage_base``), makes the same links inside control-flow
    subgraphs, and plans every graph with the requested ``algorithm`` through ExecuTorch's
@@ -80,7 +80,7 @@ class GraphPlan:
     lower_bound_bytes: int  # no plan of this graph's order and links needs fewer
     order: str  # the node order kept ("exported", "memory-greedy", "depth-first")
     in_place: int  # outputs written over a dying argument
-    concat: int  # cat inputs made in their slices of the output
+    concat: int  # cat inputs made in their slices of the output, pad inputs in its tail
     steps: tuple[tuple[str, int], ...]  # (technique added, arena with tensorplan's greedy)
     peak_values: tuple[tuple[str, int], ...]  # (node, bytes) of the storages live at the
     #                                           busiest step, largest first
@@ -148,7 +148,8 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             arena_bytes=sum(bufsizes[1:]), lower_bound_bytes=prefix + best.bound,
             order=best.order, in_place=sum(link.kind == "in-place" for link in best.links)
             + sum(link.kind == "in-place" for link in sub_links),
-            concat=sum(link.kind == "concat" for link in best.links + sub_links), steps=steps,
+            concat=sum(link.kind in ("concat", "pad") for link in best.links + sub_links),
+            steps=steps,
             **_liveness(graph_module, graph_signature),
             **self._bank_figures(bufsizes, len(copies))))
         return PassResult(graph_module, True)
@@ -247,6 +248,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             overlap_safe=table if in_place else {},
             byte_copies=kernels.byte_copies() if in_place else {},
             concat=concat and options.reuse and "concat" in kinds,
+            pad=kernels.pad_in_tail() and options.reuse and "concat" in kinds,
             alignment=self.alignment,
             planned=frozenset(id(s) for s in _planned_specs(
                 graph_module, graph_signature, alloc_inputs, True, self.alloc_mutable_buffers)),

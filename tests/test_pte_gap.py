@@ -1,0 +1,81 @@
+"""What keeps a ``.pte``'s arena above the Python plan (``integrations/executorch/gap.py``).
+
+A small CNN pads the output of its stem before a strided convolution. Padded after (right and
+bottom, as MobileNetV2's TF-style padding does), the ``.pte`` makes the pad's input in the tail
+of its output and ships at the Python plan's arena: nothing to name. Padded before (left and
+top), the kernel cannot take its input in its output's tail, the ``.pte``'s busiest step holds
+the stem's output (8 x 24 x 24 floats) beside the pad's, and the gap names the pad's kernel
+with those bytes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("executorch")
+
+from executorch.runtime import Runtime  # noqa: E402
+
+import tensorplan as tp  # noqa: E402
+from tensorplan.integrations.executorch import lower  # noqa: E402
+from tensorplan.integrations.executorch.gap import Gap, describe, pte_gap  # noqa: E402
+
+STEM = 8 * 24 * 24 * 4  # bytes of the stem's output: the pad's input
+
+
+class PaddedCNN(torch.nn.Module):
+    """conv -> relu -> pad -> strided conv -> relu on a 24 x 24 image."""
+
+    def __init__(self, pads: tuple[int, int, int, int]) -> None:
+        super().__init__()
+        self.pads = pads
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.down = torch.nn.Conv2d(8, 16, 3, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.down(F.pad(torch.relu(self.stem(x)), self.pads)))
+
+
+def _both(pads: tuple[int, int, int, int]) -> tuple[torch.nn.Module, torch.Tensor, tp.Program,
+                                                    object]:
+    torch.manual_seed(0)
+    model, x = PaddedCNN(pads).eval(), torch.randn(1, 3, 24, 24)
+    with torch.no_grad():
+        shipped = lower(torch.export.export(model, (x,)))
+    return model, x, tp.compile(model, (x,)), shipped
+
+
+def test_a_pad_before_names_its_kernel_and_the_bytes_at_the_peak() -> None:
+    _, _, program, shipped = _both((1, 0, 1, 0))
+    assert program.plan.arena_bytes == 29216
+    assert shipped.arena_bytes == 38432  # the pad's output (8 x 25 x 25) beside the stem's
+    gaps = pte_gap(program, shipped)
+    assert gaps == (Gap("aten::constant_pad_nd.out", "aten_constant_pad_nd_default",
+                        "input cannot lie in the tail of its output", STEM),)
+    assert describe(gaps) == ("aten::constant_pad_nd.out input cannot lie in the tail of its "
+                              "output: 18,432 B at the peak")
+
+
+def test_a_pad_after_ships_at_the_python_plan_and_names_nothing() -> None:
+    model, x, program, shipped = _both((0, 1, 0, 1))
+    assert shipped.arena_bytes == program.plan.arena_bytes == 29216
+    assert pte_gap(program, shipped) == () and describe(()) == ""
+    loaded = Runtime.get().load_program(shipped.manager.buffer)
+    output = loaded.load_method("forward").execute([x])[0].clone()
+    with torch.no_grad():
+        torch.testing.assert_close(output, model(x))
+
+
+def test_describe_sums_the_gaps_of_one_kernel() -> None:
+    gaps = [Gap("aten::constant_pad_nd.out", "pad", "input cannot lie in the tail of its output",
+                100),
+            Gap("aten::permute_copy.out", "permute", "copies where the Python plan has a view",
+                300),
+            Gap("aten::constant_pad_nd.out", "pad_1",
+                "input cannot lie in the tail of its output", 50)]
+    assert describe(gaps) == (
+        "aten::permute_copy.out copies where the Python plan has a view: 300 B at the peak; "
+        "aten::constant_pad_nd.out input cannot lie in the tail of its output: 150 B at the "
+        "peak (2 ops)")

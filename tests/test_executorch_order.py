@@ -12,6 +12,7 @@ pytest.importorskip("executorch")
 
 from executorch.exir import memory, to_edge  # noqa: E402
 from executorch.runtime import Runtime  # noqa: E402
+from test_executorch_pte import _resized  # noqa: E402
 
 from tensorplan.integrations.executorch import lower, order, planning_pass  # noqa: E402
 
@@ -64,18 +65,6 @@ def test_a_pte_in_each_order_equals_eager(monkeypatch, kept: str) -> None:
     torch.testing.assert_close(method.execute([x])[0].clone(), Split()(x))
 
 
-def _at_size(example, size: int) -> tuple:
-    """The example's inputs with every dynamic dim at ``size`` (tiled, then cut)."""
-    args = list(example.args)
-    for position, dims in enumerate(example.dynamic_shapes or ()):
-        for dim in dims or {}:
-            tensor = args[position]
-            repeats = [1] * tensor.dim()
-            repeats[dim] = -(-size // tensor.shape[dim])
-            args[position] = tensor.repeat(repeats).narrow(dim, 0, size)
-    return tuple(args)
-
-
 @pytest.mark.parametrize("name", ["tiny_gpt", pytest.param("hf_bert_dynamic",
                                                            marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kept", ["exported", "memory-greedy", "depth-first"])
@@ -100,7 +89,7 @@ def test_every_order_of_a_dynamic_model_runs_equal_to_eager_across_its_range(
     loaded = Runtime.get().load_program(lower(program).manager.buffer)  # owns the bytes
     method = loaded.load_method("forward")
     for size in (int(bounds.lower), 17, int(bounds.upper)):
-        args = _at_size(example, size)
+        args = _resized(example, size)
         with torch.no_grad():
             expected = example.model(*args)
         expected = expected if isinstance(expected, torch.Tensor) else expected[0]

@@ -38,7 +38,7 @@ import torch.fx
 
 from tensorplan.analysis.alias import storage_of_value
 from tensorplan.integrations.executorch import kernels
-from tensorplan.integrations.executorch.links import CAT_OP, PAD_OP, op_key
+from tensorplan.integrations.executorch.links import CAT_OP, PAD_OP, op_key, view_base
 from tensorplan.ops.schemas import is_view
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ def _gap_at(node: torch.fx.Node, out: Any, group_of: Mapping[int, int],
     if node.op != "call_function" or written is None:
         return None
     for arg in node.all_input_nodes:
-        spec = _spec(_viewed(arg))
+        spec = _spec(view_base(arg))
         read = group_of.get(id(_base(spec))) if spec is not None else None
         if read is None or read == written or not storages[read] & storages[written]:
             continue
@@ -215,15 +215,6 @@ def _base(spec: Any) -> Any:
     while spec.storage_base is not None:
         spec = spec.storage_base
     return spec
-
-
-def _viewed(node: torch.fx.Node) -> torch.fx.Node:
-    """The node whose storage a chain of ExecuTorch ``memory.view`` nodes reads."""
-    from executorch.exir import memory
-
-    while node.op == "call_function" and node.target is memory.view:
-        node = node.args[0]
-    return node
 
 
 def _reason(node: torch.fx.Node, key: str, python: _PythonValues) -> str:

@@ -272,7 +272,8 @@ def _first_out(node: torch.fx.Node) -> tuple[Any, Any]:
     return _spec(node.kwargs.get(names[0])), value
 
 
-def _view_base(node: torch.fx.Node) -> torch.fx.Node:
+def view_base(node: torch.fx.Node) -> torch.fx.Node:
+    """The node whose storage a chain of ExecuTorch ``memory.view`` nodes reads."""
     while _is_memory_view(node):
         node = node.args[0]
     return node
@@ -295,7 +296,7 @@ def _in_place_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules
                if _spec(arg) is not None and arg is not node.kwargs.get("out")}
     for name in [n for n in tensors if n in allowed]:
         arg = tensors[name]
-        base_node = _view_base(arg)
+        base_node = view_base(arg)
         base, root = _spec(base_node), groups.find(_spec(arg))
         if any(groups.find(_spec(other)) == root and other_name not in allowed
                for other_name, other in tensors.items()):
@@ -328,7 +329,7 @@ def _pad_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules: Lin
               bases: Mapping[int, Link]) -> Link | None:
     """The link placing the storage of a pad's input (``bases``: the links found so far, by
     id() of the linked spec) in the tail of the pad's output, or None."""
-    out, arg = _spec(node.kwargs.get("out")), _view_base(node.args[0])
+    out, arg = _spec(node.kwargs.get("out")), view_base(node.args[0])
     value, arg_value = node.meta.get("val"), node.args[0].meta.get("val")
     if out is None or (arg.op == "placeholder" and not rules.inputs) or _spec(arg) is None \
             or not _static(value) or not _static(arg_value) or id(out) not in rules.planned \

@@ -55,7 +55,8 @@ class Row:
     shipped: Shipped | None  # tensorplan's lowering (its manager dropped), None if it failed
     result: ExecuTorchResult  # tensorplan's .pte loaded, run and compared with eager
     seconds: float  # to_executorch wall time
-    times: dict[str, float] | None  # median ms: "tensorplan" and "executorch" (best config)
+    times: dict[str, float] | None  # median ms: "tensorplan", "eager" and (when its program
+    #                                 runs) "executorch", the best configuration's
     python_arena: int | None = None  # tp.compile's plan.arena_bytes, None if it failed
     gap: str = ""  # gap.describe of what keeps the .pte above the Python plan ("": nothing)
 
@@ -72,11 +73,15 @@ def _lower_config(example: Example, config: str) -> tuple[Any, str | None]:
         return None, one_line(error, REASON_CHARS)
 
 
-def _times(example: Example, ours: Any, theirs: Any, runs: int) -> dict[str, float]:
-    programs = {"tensorplan": common.load_executorch(ours),
-                "executorch": common.load_executorch(theirs)}
+def _times(example: Example, ours: Any, theirs: Any | None, runs: int) -> dict[str, float]:
+    """Median ms of tensorplan's ``.pte``, of the best configuration's (when one runs) and of
+    eager PyTorch, calls interleaved."""
+    programs = {"tensorplan": common.load_executorch(ours)}
+    if theirs is not None:
+        programs["executorch"] = common.load_executorch(theirs)
     calls = {name: common.executorch_call(program, example.args, example.kwargs)
              for name, program in programs.items()}
+    calls["eager"] = lambda: example.model(*example.args, **example.kwargs)
     return common.medians(calls, runs)
 
 
@@ -106,8 +111,8 @@ def measure(name: str, runs: int) -> Row:
     ours = common.check_executorch("tensorplan", shipped.manager, example, expected,
                                    REASON_CHARS)
     chosen = common.best_result(results)
-    times = _times(example, shipped.manager, lowered[chosen.config], runs) \
-        if chosen is not None and ours.failed is None and chosen.failed is None else None
+    theirs = lowered[chosen.config] if chosen is not None and chosen.failed is None else None
+    times = _times(example, shipped.manager, theirs, runs) if ours.failed is None else None
     return Row(name, tuple(results), dataclasses.replace(shipped, manager=None), ours, seconds,
                times, python_arena, gap)
 
@@ -131,8 +136,30 @@ def _equal_cell(result: ExecuTorchResult) -> str:
 def _time_cell(times: dict[str, float] | None) -> str:
     if times is None:
         return "n/a"
-    return (f"{times['tensorplan']:.2f} / {times['executorch']:.2f} ms "
-            f"({common.ratio(times['tensorplan'], times['executorch'])})")
+    ours = times["tensorplan"]
+    best = (f"{times['executorch']:.2f} ms, {common.ratio(ours, times['executorch'])}"
+            if "executorch" in times else "does not run")
+    return (f"{ours:.2f} ms / best's {best} / eager {times['eager']:.2f} ms, "
+            f"{common.ratio(ours, times['eager'])}")
+
+
+def run_summary(rows: Sequence[Row]) -> str:
+    """Median and max of the ``.pte``'s run time over the best configuration's and over
+    eager's (the ``_dynamic`` variants left out)."""
+    timed = [r for r in rows if r.times and not r.model.endswith("_dynamic")]
+    best = {r.model: r.times["tensorplan"] / r.times["executorch"] for r in timed
+            if "executorch" in r.times}
+    eager = {r.model: r.times["tensorplan"] / r.times["eager"] for r in timed}
+    if not eager:
+        return "no `.pte` ran"
+    slowest = max(best, key=best.__getitem__) if best else None
+    above = sorted(model for model, value in best.items() if value > 1.0)
+    return (f"run time of the `.pte` / the best configuration's `.pte` median "
+            f"{statistics.median(best.values()) if best else float('nan'):.2f}x, max "
+            f"{best[slowest] if slowest else float('nan'):.2f}x ({slowest}), slower than it: "
+            f"{', '.join(above) or 'none'}; / eager median "
+            f"{statistics.median(eager.values()):.2f}x, max {max(eager.values()):.2f}x "
+            f"({max(eager, key=eager.__getitem__)})")
 
 
 def _plan_cells(shipped: Shipped) -> list[str]:
@@ -148,7 +175,7 @@ def table(rows: Sequence[Row]) -> str:
               "in-place / concat links", "Python plan (B)", ".pte above the Python plan because",
               "ExecuTorch greedy (B)", "ExecuTorch best (B)",
               "best config", ".pte / best", "arena + constants / best's",
-              "equals eager in ExecuTorch's runtime", "run: .pte / best's .pte",
+              "equals eager in ExecuTorch's runtime", "run: .pte / best's .pte / eager",
               "to_executorch (s)"]
     cells = []
     for row in rows:
@@ -200,7 +227,8 @@ def summary(rows: Sequence[Row]) -> str:
             f"the best's: {', '.join(heavier) or 'none'}; `.pte` not equal to eager in "
             f"ExecuTorch's runtime where ExecuTorch's own program is: {', '.join(differ) or 'none'}"
             f" (both fail or differ in the runtime's kernels: {', '.join(both) or 'none'}); "
-            f"`.pte` arena above the Python plan's: {', '.join(above_python) or 'none'}.\n")
+            f"`.pte` arena above the Python plan's: {', '.join(above_python) or 'none'}; "
+            f"{run_summary(rows)}.\n")
 
 
 def report(rows: Sequence[Row], runs: int) -> str:
@@ -220,7 +248,8 @@ def report(rows: Sequence[Row], runs: int) -> str:
         "they run, equal eager († marks one whose run fails in a kernel, as every "
         "configuration's does on that model). Equals eager: tensorplan's `.pte` loaded by "
         f"ExecuTorch's runtime, run on the example inputs. Run: median ms over {runs} calls of "
-        "`method.execute`, tensorplan's `.pte` and the best configuration's, interleaved.\n\n",
+        "`method.execute`, tensorplan's `.pte` and the best configuration's, and of eager "
+        "PyTorch's model, interleaved, one thread.\n\n",
         table(rows)])
 
 

@@ -287,7 +287,7 @@ def lower_banked_greedy(exported: Any, banks: Sequence[Any], rewritten: bool = F
     """``exported`` lowered by ExecuTorch with its ``banked_greedy`` planner over ``banks``
     (``tp.Bank``, fastest first; bank ``k`` is ``mem_id`` ``k + 1``); raises ExecuTorch's
     ``BankPlacementError`` when it finds no placement. ``rewritten``: the edge program first
-    gets tensorplan's rewrites (products of transposed copies made ``linear``, copies that
+    gets tensorplan's rewrites (matrix products on fast kernels, copies that
     change nothing and expands read by broadcasting kernels dropped), so that only the
     planning differs from tensorplan's ``.pte``."""
     from executorch.exir import ExecutorchBackendConfig, to_edge
@@ -299,7 +299,7 @@ def lower_banked_greedy(exported: Any, banks: Sequence[Any], rewritten: bool = F
 
     from tensorplan.integrations.executorch.broadcasts import broadcast_copies_removed
     from tensorplan.integrations.executorch.identities import identity_copies_removed
-    from tensorplan.integrations.executorch.rewrite import linear_without_transposes
+    from tensorplan.integrations.executorch.rewrite import fast_products
 
     target = TargetMemoryMap([ExecuTorchBank(bank.name, UNBOUNDED_BANK_BYTES
                                              if bank.capacity is None else bank.capacity, k + 1)
@@ -308,7 +308,7 @@ def lower_banked_greedy(exported: Any, banks: Sequence[Any], rewritten: bool = F
         edge = to_edge(exported)
         if rewritten:
             for method in edge.methods:
-                linear_without_transposes(edge.exported_program(method))
+                fast_products(edge.exported_program(method))
                 identity_copies_removed(edge.exported_program(method))
                 broadcast_copies_removed(edge.exported_program(method))
         return edge.to_executorch(ExecutorchBackendConfig(

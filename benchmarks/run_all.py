@@ -33,6 +33,8 @@ SECTIONS = (
     ("Run: latency, out-variant coverage and memory vs eager (and ExecuTorch)", "bench_run.py"),
     ("Planner on the DSA instances", "bench_dsa.py"),
     ("Shipped: the .pte with tensorplan's plan, run in ExecuTorch's runtime", "bench_pte.py"),
+    ("Product kernels: ExecuTorch's matrix products, measured in its runtime",
+     "bench_products.py"),
     ("CNNs patch by patch: the high-resolution peak", "bench_patches.py"),
     ("Transformers chunk by chunk: the token-row peak", "bench_chunks.py"),
     ("Memory banks: the bank choice vs ExecuTorch's banked_greedy", "bench_banks.py"),

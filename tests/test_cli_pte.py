@@ -26,7 +26,7 @@ def test_pte_writes_a_program_that_runs_and_prints_its_plan(tmp_path, capsys) ->
     assert _arena(output) == "10,240 B (10.0 KiB)"
     assert "│ ExecuTorch's greedy arena (default lowering) │ 75,776 B (74.0 KiB)" in output
     assert "│ forward │ + in-place reuse " in output
-    assert "2 linear without transposes" in output and "│ none    │" in output
+    assert "2 products made linear without a transpose" in output and "│ none    │" in output
     example = zoo.example("mlp")
     program = Runtime.get().load_program(path.read_bytes())  # owns the bytes its method runs
     method = program.load_method("forward")

@@ -109,7 +109,7 @@ def test_the_plan_is_smaller_than_executorchs_and_made_of_the_techniques() -> No
         greedy = to_edge(exported).to_executorch()
     greedy_arena = sum(greedy.executorch_program.execution_plan[0].non_const_buffer_sizes[1:])
     plan = shipped.methods["forward"]
-    assert shipped.linears == 1  # the weight's transpose is never copied
+    assert shipped.products.linears == 1  # the weight's transpose is never copied
     assert plan.in_place >= 3 and plan.concat == 2
     assert shipped.arena_bytes == plan.arena_bytes == plan.lower_bound_bytes == 12_288
     assert greedy_arena == 24_832

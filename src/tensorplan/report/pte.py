@@ -14,6 +14,12 @@ def _ratio(value: int, reference: int) -> str:
     return f"{value / reference:.2f}x" if reference else "n/a"
 
 
+def _products(products: Any) -> str:
+    return (f"{products.linears} products made linear without a transpose, "
+            f"{products.stored_transposed} constant weights stored transposed, "
+            f"{products.split} addmm made mm + add")
+
+
 def pte_tables(name: str, shipped: Any, executorch_arena: int) -> Group:
     """What the program holds (arena, lower bound, constants, ExecuTorch's default arena for
     the same program), then per method what each technique gave and the foldings tried.
@@ -39,8 +45,8 @@ def pte_tables(name: str, shipped: Any, executorch_arena: int) -> Group:
         for technique, arena in plan.steps:
             steps.add_row(method, technique, bytes_text(arena))
         steps.add_row(method, f"kept: order {plan.order}, {plan.in_place} in-place, "
-                      f"{plan.concat} concat links, {shipped.linears} linear without "
-                      f"transposes, {shipped.identities} copies that change nothing and "
+                      f"{plan.concat} concat links, {_products(shipped.products)}, "
+                      f"{shipped.identities} copies that change nothing and "
                       f"{shipped.broadcasts} expands read by broadcasting kernels dropped; "
                       "final planner", bytes_text(plan.arena_bytes))
     folds = Table(title="foldings tried", caption=f"kept {shipped.folding}: {shipped.why}")

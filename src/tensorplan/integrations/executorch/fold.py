@@ -93,16 +93,24 @@ def apply_folds(exported_program: Any, names: set[str]) -> int:
     The rewrite is ExecuTorch's own (its constant placeholders and input specs), given the
     chosen values instead of all of them.
     """
+    known = foldable_values(exported_program)
+    folded = {n for n in known if n.op != "placeholder" and n.name in names}
+    if not folded:
+        return 0
+    fold_table(exported_program, {n: v for n, v in known.items()
+                                  if n.op == "placeholder" or n in folded})
+    return len(folded)
+
+
+def fold_table(exported_program: Any, table: Mapping[torch.fx.Node, torch.Tensor]) -> None:
+    """Make each computed node of ``table`` (node -> its value, in graph order) a constant
+    placeholder, in place, with ExecuTorch's own rewrite (its lifted constants and input
+    specs); a constant placeholder of ``table`` whose every reader is in it is dropped."""
     from executorch.exir.passes.constant_prop_pass import (
         _update_output_node_and_specs,
         create_constant_nodes_and_return_specs,
     )
 
-    known = foldable_values(exported_program)
-    folded = {n for n in known if n.op != "placeholder" and n.name in names}
-    if not folded:
-        return 0
-    table = {n: v for n, v in known.items() if n.op == "placeholder" or n in folded}
     specs = {s.arg.name: s for s in exported_program.graph_signature.input_specs}
     specs.update(create_constant_nodes_and_return_specs(table, exported_program))
     exported_program.graph_signature.input_specs = [
@@ -110,4 +118,3 @@ def apply_folds(exported_program: Any, names: set[str]) -> int:
     _update_output_node_and_specs(exported_program, _skip_dim_order=True)
     exported_program.graph.eliminate_dead_code()
     exported_program.graph_module.recompile()
-    return len(folded)

@@ -22,6 +22,10 @@ measured on odd sizes and pads like the tables here). ``BROADCASTING[version][op
 arguments of the out-variant ``op`` that its kernel broadcasts to the result's shape (over
 new leading dims and size-1 dims, the other operands broadcast too): an ``expand`` read only
 there may be dropped (``broadcasts.py``); measured by ``tests/test_executorch_broadcasts.py``.
+``SLOW_PRODUCTS[version]`` names the matrix-product kernels measured slow against the
+runtime's others at the same product (``benchmarks/bench_products.py``: ExecuTorch 1.5.1's
+``addmm.out`` runs 128x768x3072 in about 1.4 s, its ``linear.out``, ``mm.out`` and ``bmm.out``
+in about 24 ms): ``rewrite.py`` moves products off them.
 A runtime version not listed gets none of these.
 """
 
@@ -68,11 +72,15 @@ _BROADCASTING_1_5_1: Mapping[str, frozenset[str]] = {
     "aten::where.self_out": frozenset({"condition", "self", "other"}),
 }
 
+# product kernels measured at a small fraction of the runtime's fastest product kernel
+_SLOW_PRODUCTS_1_5_1 = frozenset({"aten::addmm.out"})
+
 OVERLAP_SAFE: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _PORTABLE_1_5_1}
 BYTE_COPIES: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _BYTE_COPIES_1_5_1}
 CAT_IN_SLICES: Mapping[str, bool] = {"1.5.1": True}
 PAD_IN_TAIL: Mapping[str, bool] = {"1.5.1": True}
 BROADCASTING: Mapping[str, Mapping[str, frozenset[str]]] = {"1.5.1": _BROADCASTING_1_5_1}
+SLOW_PRODUCTS: Mapping[str, frozenset[str]] = {"1.5.1": _SLOW_PRODUCTS_1_5_1}
 
 
 def installed_version() -> str:
@@ -104,3 +112,9 @@ def broadcasting(version: str | None = None) -> Mapping[str, frozenset[str]]:
     """The measured broadcasting kernels for ``version`` (default: installed); empty if
     unmeasured."""
     return BROADCASTING.get(installed_version() if version is None else version, {})
+
+
+def slow_products(version: str | None = None) -> frozenset[str]:
+    """The product kernels measured slow for ``version`` (default: installed); empty if
+    unmeasured."""
+    return SLOW_PRODUCTS.get(installed_version() if version is None else version, frozenset())

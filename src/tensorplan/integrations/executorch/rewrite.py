@@ -1,78 +1,191 @@
-"""A program rewrite before ExecuTorch's lowering: matrix products of a transposed copy become
-``linear``.
+"""A program rewrite before ExecuTorch's lowering: every matrix product on a fast kernel.
 
 ``to_edge`` decomposes ``nn.Linear`` into ``permute_copy(weight, [1, 0])`` and ``mm`` /
-``addmm``. In the emitted program that transpose is a real copy made at every call: a buffer of
-the weight's size in the arena (a tied embedding's transpose before a language-model head is
-the largest buffer of the model), or, with constant propagation, a second copy of a tied weight
-in the constants. ExecuTorch's runtime has ``linear.out``, which reads the weight as it is, so
-:func:`linear_without_transposes` rewrites
+``addmm``, and GPT-2's ``Conv1D`` into ``addmm(b, x, w)`` with no transpose at all. In the
+emitted program a transpose is a real copy made at every call (a buffer of the weight's size in
+the arena: a tied embedding's transpose before a language-model head is the largest buffer of
+the model), and ExecuTorch 1.5.1's ``addmm.out`` is a naive loop measured about 60 times slower
+than its ``linear.out``, ``mm.out`` and ``bmm.out`` (``kernels.SLOW_PRODUCTS``,
+``benchmarks/bench_products.py``). :func:`fast_products` rewrites, on ``mm(x, W)`` and
+``addmm(b, x, W)`` (``beta`` and ``alpha`` 1) of floating-point values:
 
-- ``mm(x, permute_copy(w, [1, 0]))`` into ``linear(x, w)``;
-- ``addmm(b, x, permute_copy(w, [1, 0]))`` (default ``beta`` and ``alpha``, 1-D ``b``) into
-  ``linear(x, w, b)``;
+1. ``W = permute_copy(w, [1, 0])`` of a 2-D ``w``: ``linear(x, w, b)``, however many products
+   read that transpose (a chunked program's chunks share one); the transpose is dropped once
+   nothing else reads it;
+2. ``W`` a 2-D constant (a parameter, a buffer never written, a lifted constant) read only as
+   the ``W`` of products, one of them on a kernel measured slow: the constant is stored
+   transposed, once, in place of the original (the constants grow by nothing), and every one
+   of those products becomes ``linear``;
+3. an ``addmm`` still on a slow kernel: ``mm(x, W)`` then ``add(·, b)``, which writes over the
+   product where in-place reuse is on (``add.out`` is measured overlap-safe).
 
-when the transpose has no other reader (otherwise it stays, and so does the product). The values
-are the same products; ``tests/test_executorch_pte.py`` compares every rewritten program with
-eager PyTorch in ExecuTorch's runtime.
+A ``linear`` takes a 1-D bias; any other bias is added after it. Worked example: GPT-2's
+``addmm(b, x, w)`` with ``w`` of shape (768, 3072) becomes ``linear(x, w', b)`` with the
+constant ``w'`` = ``w.T`` of shape (3072, 768). The values are the same products;
+``tests/test_executorch_products.py`` compares rewritten programs with eager PyTorch in
+ExecuTorch's runtime.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx
 
+from tensorplan.integrations.executorch.fold import fold_table
+from tensorplan.integrations.executorch.kernels import slow_products
 
-def _is(node: Any, name: str) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" \
-        and getattr(node.target, "__name__", "") == name
+# an edge product op -> the out-variant kernel it runs on
+_KERNELS: Mapping[str, str] = {"aten.mm.default": "aten::mm.out",
+                               "aten.addmm.default": "aten::addmm.out"}
 
 
-def _transposed_weight(node: Any) -> torch.fx.Node | None:
-    """``w`` when ``node`` is ``permute_copy(w, [1, 0])`` of a 2-D ``w`` read by nothing else."""
-    if not _is(node, "aten.permute_copy.default") or len(node.users) != 1:
+@dataclass(frozen=True)
+class ProductRewrites:
+    """What :func:`fast_products` changed in one program."""
+
+    linears: int  # products of a transposed copy made ``linear`` (rule 1)
+    stored_transposed: int  # constant weights stored transposed, their products ``linear`` (2)
+    split: int  # ``addmm`` made ``mm`` + ``add`` (rule 3)
+
+    def __add__(self, other: ProductRewrites) -> ProductRewrites:
+        return ProductRewrites(self.linears + other.linears,
+                               self.stored_transposed + other.stored_transposed,
+                               self.split + other.split)
+
+
+NONE = ProductRewrites(0, 0, 0)
+
+
+@dataclass(frozen=True)
+class _Product:
+    """An ``mm(x, right)`` or ``addmm(bias, x, right)``."""
+
+    node: torch.fx.Node
+    x: Any
+    right: Any
+    bias: Any  # None for ``mm``
+
+
+def _name(node: Any) -> str:
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return ""
+    return getattr(node.target, "__name__", "")
+
+
+def _value(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _product(node: torch.fx.Node) -> _Product | None:
+    """The product ``node`` is, when it is one of floating-point values with unit scales."""
+    name, value = _name(node), _value(node)
+    if name not in _KERNELS or not isinstance(value, torch.Tensor) \
+            or not value.dtype.is_floating_point:
         return None
-    weight, dims = node.args[0], list(node.args[1])
-    value = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
-    if dims != [1, 0] or value is None or value.dim() != 2:
+    if set(node.kwargs) - {"beta", "alpha"} or any(v != 1 for v in node.kwargs.values()):
         return None
-    return weight
-
-
-def _linear_arguments(node: torch.fx.Node) -> tuple | None:
-    """(x, w[, b]) for an ``mm`` / ``addmm`` that is a linear layer, else None."""
-    if _is(node, "aten.mm.default") and not node.kwargs:
-        weight = _transposed_weight(node.args[1])
-        return None if weight is None else (node.args[0], weight)
-    if _is(node, "aten.addmm.default") and not node.kwargs and len(node.args) == 3:
-        bias, x, transposed = node.args
-        weight = _transposed_weight(transposed)
-        bias_value = bias.meta.get("val") if isinstance(bias, torch.fx.Node) else None
-        if weight is None or bias_value is None or bias_value.dim() != 1:
-            return None
-        return x, weight, bias
+    if name == "aten.mm.default" and len(node.args) == 2:
+        return _Product(node, node.args[0], node.args[1], None)
+    if name == "aten.addmm.default" and len(node.args) == 3:
+        bias, x, right = node.args
+        return _Product(node, x, right, bias)
     return None
 
 
-def linear_without_transposes(exported_program: Any) -> int:
-    """Rewrite the edge program in place (see the module docstring); return how many products
-    became ``linear``."""
+def _transpose_source(node: Any) -> torch.fx.Node | None:
+    """``w`` when ``node`` is ``permute_copy(w, [1, 0])`` of a 2-D ``w``."""
+    if _name(node) != "aten.permute_copy.default" or list(node.args[1]) != [1, 0]:
+        return None
+    value = _value(node.args[0])
+    return node.args[0] if isinstance(value, torch.Tensor) and value.dim() == 2 else None
+
+
+def _stored_transposed(exported_program: Any, products: Iterable[_Product],
+                       slow: frozenset[str], folded: dict[torch.fx.Node, torch.Tensor]
+                       ) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Rule 2: each constant to store transposed -> a ``permute_copy`` of it inserted before
+    its first reader, folded into a new constant (``fold.fold_table``) once the products read
+    it; the table's values are in ``folded`` (the constant's and its transpose's)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
+
+    constants = get_constant_placeholder_dict(exported_program)
+    readers: dict[torch.fx.Node, list[_Product]] = {}
+    for product in products:
+        if product.right in constants:
+            readers.setdefault(product.right, []).append(product)
+    inserted: dict[torch.fx.Node, torch.fx.Node] = {}
+    for constant, reading in readers.items():
+        value = constants[constant]
+        if value.dim() != 2 or len(constant.users) != len(reading) \
+                or any(constant in (p.x, p.bias) for p in reading) \
+                or not any(_KERNELS[_name(p.node)] in slow for p in reading):
+            continue
+        with exported_program.graph.inserting_before(reading[0].node):
+            transpose = exported_program.graph.call_function(
+                exir_ops.edge.aten.permute_copy.default, (constant, [1, 0]))
+        transpose.meta.update(constant.meta)
+        transpose.meta["val"] = _value(constant).t()
+        inserted[constant] = transpose
+        folded[constant] = value
+        folded[transpose] = value.detach().t().contiguous()
+    return inserted
+
+
+def _replace(graph: torch.fx.Graph, product: _Product, core: Any, arguments: tuple) -> None:
+    """``product`` replaced by ``core(*arguments)``, plus its bias when ``core`` took none."""
     from executorch.exir.dialects._ops import ops as exir_ops
 
+    with graph.inserting_before(product.node):
+        made = graph.call_function(core, arguments)
+        made.meta.update(product.node.meta)
+        if product.bias is not None and len(arguments) == 2:
+            added = graph.call_function(exir_ops.edge.aten.add.Tensor, (made, product.bias))
+            added.meta.update(product.node.meta)
+            made = added
+    product.node.replace_all_uses_with(made)
+    graph.erase_node(product.node)
+
+
+def _linear_arguments(product: _Product, weight: torch.fx.Node) -> tuple:
+    """``linear``'s arguments: the bias among them when it is 1-D (else added after)."""
+    bias = _value(product.bias)
+    if isinstance(bias, torch.Tensor) and bias.dim() == 1:
+        return product.x, weight, product.bias
+    return product.x, weight
+
+
+def fast_products(exported_program: Any, slow: frozenset[str] | None = None) -> ProductRewrites:
+    """Rewrite the edge program in place (see the module docstring); ``slow``: the product
+    kernels to move off (default: those measured slow on the installed runtime,
+    ``kernels.slow_products``)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    slow = slow_products() if slow is None else slow
     graph = exported_program.graph
-    rewritten = 0
-    for node in list(graph.nodes):
-        arguments = _linear_arguments(node)
-        if arguments is None:
-            continue
-        with graph.inserting_before(node):
-            linear = graph.call_function(exir_ops.edge.aten.linear.default, arguments)
-        linear.meta.update(node.meta)
-        node.replace_all_uses_with(linear)
-        graph.erase_node(node)
-        rewritten += 1
-    if rewritten:
+    products = [p for p in map(_product, list(graph.nodes)) if p is not None]
+    folded: dict[torch.fx.Node, torch.Tensor] = {}
+    stored = _stored_transposed(exported_program, products, slow, folded)
+    linears = split = 0
+    for node in [p.node for p in products]:
+        product = _product(node)  # read now: an earlier rewrite may have replaced an argument
+        assert product is not None
+        weight = _transpose_source(product.right) or stored.get(product.right)
+        if weight is not None:
+            _replace(graph, product, exir_ops.edge.aten.linear.default,
+                     _linear_arguments(product, weight))
+            linears += product.right not in stored
+        elif product.bias is not None and _KERNELS[_name(product.node)] in slow:
+            _replace(graph, product, exir_ops.edge.aten.mm.default, (product.x, product.right))
+            split += 1
+    if folded:
+        fold_table(exported_program, folded)
+    elif linears or split:
         graph.eliminate_dead_code()
         exported_program.graph_module.recompile()
-    return rewritten
+    return ProductRewrites(linears, len(stored), split)
+

@@ -1,8 +1,8 @@
 """From a program to an ExecuTorch ``.pte`` that carries tensorplan's lowered plan.
 
-:func:`to_executorch` is ExecuTorch's own ``to_edge(...).to_executorch(config)`` with the
-products of transposed weights made ``linear`` (``rewrite.py``), the memory planning pass
-replaced by :class:`~.planning_pass.TensorplanPlanningPass` (tensorplan's node
+:func:`to_executorch` is ExecuTorch's own ``to_edge(...).to_executorch(config)`` with every
+matrix product on a fast kernel (``rewrite.py``: ``linear`` without a copied transpose), the
+memory planning pass replaced by :class:`~.planning_pass.TensorplanPlanningPass` (tensorplan's node
 order, in-place reuse over measured kernels, concatenation in place, tensorplan's planner, both
 verifiers: ExecuTorch's on the program kept) and, with ``fold=True``, the folding that gives
 the smallest arena plus constants (the smaller arena on a tie): the program is lowered without
@@ -39,7 +39,7 @@ from tensorplan.integrations.executorch.fold import (
     frontier,
 )
 from tensorplan.integrations.executorch.identities import identity_copies_removed
-from tensorplan.integrations.executorch.rewrite import linear_without_transposes
+from tensorplan.integrations.executorch.rewrite import NONE, ProductRewrites, fast_products
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Shipped:
     why: str  # why it was kept over the others (``prefer``: the arena, or arena + constants)
     folds: tuple[FoldChoice, ...]  # every folding tried
     methods: Mapping[str, Any]  # method name -> planning_pass.GraphPlan
-    linears: int  # products of a transposed copy made ``linear`` (rewrite.py)
+    products: ProductRewrites  # matrix products moved onto fast kernels (rewrite.py)
     identities: int  # copies that changed nothing, dropped (identities.py)
     broadcasts: int  # expands read only by broadcasting kernels, dropped (broadcasts.py)
     check: PteCheck | None = None  # the .pte run in ExecuTorch's runtime vs eager (check=True)
@@ -140,7 +140,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     if edge is program:  # the caller's: it is not modified
         edge = _sharing_constants(edge)
     with torch.no_grad():
-        linears = sum(linear_without_transposes(edge.exported_program(m)) for m in edge.methods)
+        products = sum((fast_products(edge.exported_program(m)) for m in edge.methods), NONE)
         identities = sum(identity_copies_removed(edge.exported_program(m))
                          for m in edge.methods)
         broadcasts = sum(broadcast_copies_removed(edge.exported_program(m), broadcasting)
@@ -172,7 +172,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
         except ShipError as refused:
             raise ShipError(f"{refused}; {whose_refusal(exported)}") from None
     return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
-                   _why(choice, tried, prefer), tuple(tried), plans, linears, identities,
+                   _why(choice, tried, prefer), tuple(tried), plans, products, identities,
                    broadcasts, checked)
 
 

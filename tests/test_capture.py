@@ -134,3 +134,41 @@ def test_export_failure_on_a_returned_cache_says_so_and_keeps_whole_words():
     assert "runs eagerly" not in message
     assert "https://" not in message or "functorch/issues/475" in message  # a URL kept whole
     assert all(len(line) <= 210 for line in message.splitlines())
+
+
+def _static_cache_llm() -> torch.nn.Module:
+    """transformers' static-cache decoder (``TorchExportableModuleForDecoderOnlyLM``'s module)
+    over a two-layer Llama with grouped-query attention and a cache of 64 positions."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static", max_length=64,
+        cache_config={"batch_size": 1, "max_cache_len": 64})
+    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=64).model
+
+
+def test_a_module_whose_non_strict_program_does_not_decompose_is_exported_strict():
+    """optimum-executorch's causal-LM recipe: a plain Dim on the token ids and the cache
+    positions. torch 2.13's non-strict program of this module fails to decompose; capture
+    exports it strict instead, and the program runs equal to eager."""
+    pytest.importorskip("transformers")
+    module = _static_cache_llm()
+    seq = torch.export.Dim("seq_length_dim", max=63)
+    shapes = {"input_ids": {1: seq}, "cache_position": {0: seq}}
+    example = {"input_ids": torch.randint(0, 128, (1, 8)), "cache_position": torch.arange(8)}
+    loose = torch.export.export(module, (), example, dynamic_shapes=shapes, strict=False)
+    with pytest.raises(AssertionError, match="compiled_fn"):
+        loose.run_decompositions()
+    prog = tp.compile(module, (), example, dynamic_shapes=shapes)
+    for length in (8, 5):
+        inputs = {"input_ids": torch.randint(0, 128, (1, length)),
+                  "cache_position": torch.arange(length)}
+        with torch.no_grad():  # a fresh cache (the same weights); earlier runs' rows past
+            expected = _static_cache_llm()(**inputs)  # the positions are masked
+        torch.testing.assert_close(prog.run(**inputs), expected)

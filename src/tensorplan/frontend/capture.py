@@ -118,44 +118,18 @@ def _load(path: str | os.PathLike[str]) -> ExportedProgram:
 
 
 def _export(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
-            dynamic_shapes: Any) -> ExportedProgram:
-    if not isinstance(model, torch.nn.Module):
-        raise CaptureError(f"capture: expected an nn.Module, an ExportedProgram or a .pt2 path, "
-                           f"got {type(model).__name__}")
-    if args is None:
-        raise CaptureError("capture: example inputs are required to export a module; "
-                           "pass args=(tensor, ...)")
+            dynamic_shapes: Any, strict: bool = False) -> ExportedProgram:
     try:
         return torch.export.export(model, tuple(args), kwargs=dict(kwargs or {}),
-                                   dynamic_shapes=dynamic_shapes, strict=False)
+                                   dynamic_shapes=dynamic_shapes, strict=strict)
     except Exception as error:
-        raise CaptureError(f"capture: torch.export failed on {type(model).__name__} with "
-                           f"{type(error).__name__}: {_reason(error)}\n  hint: {_hint_for(error)}"
-                           ) from error
+        raise CaptureError(f"capture: torch.export{' (strict)' if strict else ''} failed on "
+                           f"{type(model).__name__} with {type(error).__name__}: "
+                           f"{_reason(error)}\n  hint: {_hint_for(error)}") from error
 
 
-def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
-            args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
-            dynamic_shapes: Any = None) -> ExportedProgram:
-    """Export ``model`` (non-strict) and decompose it to core ATen.
-
-    ``model`` may be an ``nn.Module`` with example ``args``/``kwargs`` and optional
-    ``dynamic_shapes`` (as for ``torch.export.export``), an ``ExportedProgram``, or the path of
-    a ``.pt2`` file written by ``torch.export.save``. The input is never modified: the result is
-    a new program, or the given one when every operator in it is core ATen already (decomposing
-    again would change nothing and takes seconds on a large model). Any export failure raises
-    ``CaptureError`` chained to the original error, with a hint.
-
-    >>> ep = capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
-    >>> [n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"]
-    ['permute.default', 'addmm.default']
-    """
-    if isinstance(model, (str, os.PathLike)):
-        program = _load(model)
-    elif isinstance(model, ExportedProgram):
-        program = model
-    else:
-        program = _export(model, args, kwargs, dynamic_shapes)
+def _decomposed(program: ExportedProgram) -> ExportedProgram:
+    """``program`` in core ATen (itself when it is already)."""
     if is_core_aten(program):
         return program
     try:
@@ -165,6 +139,52 @@ def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
         raise CaptureError(f"capture: decomposition to core ATen failed with "
                            f"{type(error).__name__}: {error}\n  hint: {_decomposition_hint(error)}"
                            ) from error
+
+
+def _captured(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
+              dynamic_shapes: Any) -> ExportedProgram:
+    """The module exported non-strict and decomposed; where either step fails, exported strict
+    (TorchDynamo) and decomposed, as the export recipes of ExecuTorch and optimum-executorch
+    do (transformers' static-cache module: its non-strict program does not decompose in torch
+    2.13). Raises the non-strict failure, with the strict one's, when both fail."""
+    if not isinstance(model, torch.nn.Module):
+        raise CaptureError(f"capture: expected an nn.Module, an ExportedProgram or a .pt2 path, "
+                           f"got {type(model).__name__}")
+    if args is None:
+        raise CaptureError("capture: example inputs are required to export a module; "
+                           "pass args=(tensor, ...)")
+    try:
+        return _decomposed(_export(model, args, kwargs, dynamic_shapes))
+    except CaptureError as loose:
+        try:
+            return _decomposed(_export(model, args, kwargs, dynamic_shapes, strict=True))
+        except CaptureError as strict:
+            raise CaptureError(f"{loose}\n  a strict export was tried too: "
+                               f"{str(strict).splitlines()[0]}") from loose
+
+
+def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
+            args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
+            dynamic_shapes: Any = None) -> ExportedProgram:
+    """Export ``model`` (non-strict; strict where that fails) and decompose it to core ATen.
+
+    ``model`` may be an ``nn.Module`` with example ``args``/``kwargs`` and optional
+    ``dynamic_shapes`` (as for ``torch.export.export``), an ``ExportedProgram``, or the path of
+    a ``.pt2`` file written by ``torch.export.save``. The input is never modified: the result is
+    a new program, or the given one when every operator in it is core ATen already (decomposing
+    again would change nothing and takes seconds on a large model). A module whose non-strict
+    export or decomposition fails is exported strict (TorchDynamo) instead. Any failure
+    raises ``CaptureError`` chained to the original error, with a hint.
+
+    >>> ep = capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    >>> [n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"]
+    ['permute.default', 'addmm.default']
+    """
+    if isinstance(model, (str, os.PathLike)):
+        return _decomposed(_load(model))
+    if isinstance(model, ExportedProgram):
+        return _decomposed(model)
+    return _captured(model, args, kwargs, dynamic_shapes)
 
 
 def is_core_aten(program: ExportedProgram) -> bool:

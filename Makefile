@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick bench lint clean browser
+.PHONY: demo test test-quick bench lint clean browser docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,21 @@ test-quick: $(STAMP) browser
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py --out benchmarks/RESULTS.md
 
+# The API reference is read from the sources (griffe, no import), so the site needs only the
+# docs tools, not torch: a fresh clone builds it in seconds. Pinned as in pyproject's `dev` extra
+# (tests/test_docs.py checks that the two agree). Strict: any warning fails the build.
+DOCS_TOOLS := mkdocs==1.6.1 mkdocstrings[python]==1.0.8 mkdocstrings-python==2.0.11
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(PY) Makefile
+	$(PY) -m pip install -q $(foreach t,$(DOCS_TOOLS),"$(t)")
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(PY) -m mkdocs build --strict -d site
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site

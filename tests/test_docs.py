@@ -1,0 +1,77 @@
+"""The documentation site: `make docs`'s strict build, the API reference and the README's links.
+
+The site is built the way `make docs` builds it (`mkdocs build --strict`: any warning, such as a
+broken link or a docstring mkdocstrings cannot read, fails), into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import tensorplan
+import tensorplan.integrations.executorch as executorch_integration
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings_handlers.python")
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    assert "WARNING" not in done.stderr, done.stderr
+    return out
+
+
+def _anchors(page: Path) -> set[str]:
+    return set(re.findall(r'id="([^"]+)"', page.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize(("module", "page"), [
+    (tensorplan, "tensorplan"),
+    (executorch_integration, "executorch"),
+])
+def test_reference_has_every_public_name(site: Path, module, page: str) -> None:
+    anchors = _anchors(site / "reference" / page / "index.html")
+    missing = [name for name in module.__all__ if f"{module.__name__}.{name}" not in anchors]
+    assert not missing, f"not in the API reference of {module.__name__}: {missing}"
+
+
+def test_every_guide_is_built(site: Path) -> None:
+    for guide in (ROOT / "docs").rglob("*.md"):
+        page = guide.relative_to(ROOT / "docs").with_suffix("")
+        built = site / ("index.html" if page.name == "index" else page / "index.html")
+        assert built.is_file(), f"{guide} is not in the site"
+
+
+def test_readme_is_short_and_links_every_guide() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    assert "make demo" in text and "make test" in text
+    linked = set(re.findall(r"\]\(([^)#]+)", text))
+    assert "docs/ARCHITECTURE.md" in linked
+    pages = [p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")
+             if p.parent.name != "reference" and p.name != "index.md"]
+    assert not [p for p in pages if p not in linked], "guides the README does not link"
+    for link in linked:
+        if not re.match(r"[a-z]+://", link):
+            assert (ROOT / link).exists(), f"README links to a missing file: {link}"
+
+
+def test_docs_tools_pinned_alike() -> None:
+    """The Makefile's `make docs` installs the same versions as pyproject's `dev` extra."""
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pins = {re.split(r"[\[=]", r)[0]: r for r in dev["dev"] if "==" in r}
+    make = (ROOT / "Makefile").read_text()
+    tools = re.search(r"^DOCS_TOOLS := (.*)$", make, re.M).group(1).split()
+    assert sorted(tools) == sorted(pins[re.split(r"[\[=]", t)[0]] for t in tools)

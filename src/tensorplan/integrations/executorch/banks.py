@@ -25,6 +25,12 @@ import torch.fx
 
 from tensorplan.banks.choice import Assignment, Bank, Item, assign, bank_index, check_banks
 from tensorplan.errors import InputError
+from tensorplan.integrations.executorch.vocabulary import (
+    is_alloc,
+    is_memory_view,
+    specs_in,
+    storage_base,
+)
 
 
 @dataclass
@@ -59,31 +65,8 @@ class BankSetup:
         return len(self.banks)
 
 
-def _specs(value: Any) -> list[Any]:
-    items = value if isinstance(value, (list, tuple)) else [value]
-    return [s for s in items if hasattr(s, "allocated_memory")]
-
-
-def _base(spec: Any) -> Any:
-    while getattr(spec, "storage_base", None) is not None:
-        spec = spec.storage_base
-    return spec
-
-
 def _nbytes(spec: Any) -> int:
     return math.prod(int(d) for d in spec.shape) * spec.dtype.itemsize
-
-
-def _is_alloc(node: Any) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" \
-        and getattr(node.target, "__name__", "") == "alloc"
-
-
-def _is_memory_view(node: Any) -> bool:
-    """ExecuTorch's ``memory.view``: a view made at load time, in its input's storage."""
-    target = getattr(node, "target", None)
-    return getattr(target, "__name__", "") == "view" and \
-        getattr(target, "__module__", "") == "executorch.exir.memory"
 
 
 def _view_bases(graph_module: torch.fx.GraphModule) -> dict[int, Any]:
@@ -91,11 +74,11 @@ def _view_bases(graph_module: torch.fx.GraphModule) -> dict[int, Any]:
     followed), found before planning gives the views their base's place."""
     bases: dict[int, Any] = {}
     for node in graph_module.graph.nodes:
-        if _is_memory_view(node) and isinstance(node.args[0], torch.fx.Node):
-            for spec in _specs(node.meta.get("spec")):
-                source = _specs(node.args[0].meta.get("spec"))
+        if is_memory_view(node) and isinstance(node.args[0], torch.fx.Node):
+            for spec in specs_in(node.meta.get("spec")):
+                source = specs_in(node.args[0].meta.get("spec"))
                 if source:
-                    base = _base(source[0])
+                    base = storage_base(source[0])
                     bases[id(spec)] = bases.get(id(base), base)
     return bases
 
@@ -112,23 +95,23 @@ def spec_accesses(graph_module: torch.fx.GraphModule) -> dict[int, list[tuple[in
     def add(spec: Any, index: int) -> None:
         if getattr(spec, "const", False):
             return
-        base = _base(spec)
+        base = storage_base(spec)
         key = id(views.get(id(base), base))
         found.setdefault(key, []).append((index, _nbytes(spec)))
 
     for index, node in enumerate(graph_module.graph.nodes):
         if node.op == "placeholder":
-            for spec in _specs(node.meta.get("spec")):
+            for spec in specs_in(node.meta.get("spec")):
                 add(spec, index)
             continue
-        if node.op != "call_function" or _is_alloc(node) or _is_memory_view(node) or \
+        if node.op != "call_function" or is_alloc(node) or is_memory_view(node) or \
                 getattr(node.target, "__name__", "") == "getitem":
             continue
-        for spec in _specs(node.meta.get("spec")):
+        for spec in specs_in(node.meta.get("spec")):
             add(spec, index)
         for arg in node.all_input_nodes:
-            if not _is_alloc(arg):
-                for spec in _specs(arg.meta.get("spec")):
+            if not is_alloc(arg):
+                for spec in specs_in(arg.meta.get("spec")):
                     add(spec, index)
     return found
 
@@ -150,8 +133,8 @@ def mem_id_traffic(graph_module: torch.fx.GraphModule) -> dict[int, int]:
         moved = spec_traffic(module)
         seen = {}
         for node in module.graph.nodes:
-            for spec in _specs(node.meta.get("spec")):
-                base = _base(spec)
+            for spec in specs_in(node.meta.get("spec")):
+                base = storage_base(spec)
                 seen[id(base)] = base
         for key, nbytes in moved.items():
             base = seen.get(key)
@@ -176,9 +159,9 @@ def bank_items(setup: BankSetup, free: Sequence[Any], graph_module: torch.fx.Gra
         raise InputError(f"banks: cannot pin {', '.join(map(repr, missing))}: no node of the "
                          f"ExecuTorch graph has that name; its placeholders are "
                          f"{', '.join(inputs)}")
-    pinned = {id(_base(s)): bank_index(setup.banks, setup.pins[node.name], "a pin")
+    pinned = {id(storage_base(s)): bank_index(setup.banks, setup.pins[node.name], "a pin")
               for node in graph_module.graph.nodes if node.name in setup.pins
-              for s in _specs(node.meta.get("spec"))}
+              for s in specs_in(node.meta.get("spec"))}
     pinned.update(setup.spec_pins)
     movable = movable or {}
     return [Item(i, spec.allocated_memory, spec.lifetime[0], spec.lifetime[1] + 1,

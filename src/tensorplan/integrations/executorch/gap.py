@@ -39,6 +39,7 @@ import torch.fx
 from tensorplan.analysis.alias import storage_of_value
 from tensorplan.integrations.executorch import kernels
 from tensorplan.integrations.executorch.links import CAT_OP, PAD_OP, op_key, view_base
+from tensorplan.integrations.executorch.vocabulary import storage_base, tensor_spec
 from tensorplan.ops.schemas import is_view
 
 if TYPE_CHECKING:
@@ -115,8 +116,8 @@ def _live_groups(made: Mapping[int, Member], step: int) -> dict[int, list[Member
              and spec.lifetime[0] <= step <= spec.lifetime[1]}
     groups: dict[int, list[Member]] = {key: [] for key in roots}
     for spec, producer in made.values():
-        if id(_base(spec)) in groups:
-            groups[id(_base(spec))].append((spec, producer))
+        if id(storage_base(spec)) in groups:
+            groups[id(storage_base(spec))].append((spec, producer))
     return groups
 
 
@@ -193,28 +194,22 @@ def _gap_at(node: torch.fx.Node, out: Any, group_of: Mapping[int, int],
             storages: Mapping[int, set[int]], python: _PythonValues) -> Gap | None:
     """The Gap of an op whose (first) output ``out`` and an argument are in two storages live
     at the busiest step that hold values the Python plan keeps in one storage, or None."""
-    written = group_of.get(id(_base(out)))
+    written = group_of.get(id(storage_base(out)))
     if node.op != "call_function" or written is None:
         return None
     for arg in node.all_input_nodes:
         spec = _spec(view_base(arg))
-        read = group_of.get(id(_base(spec))) if spec is not None else None
+        read = group_of.get(id(storage_base(spec))) if spec is not None else None
         if read is None or read == written or not storages[read] & storages[written]:
             continue
         key = op_key(node.target)
-        return Gap(key, node.name, _reason(node, key, python), _base(spec).allocated_memory)
+        return Gap(key, node.name, _reason(node, key, python), storage_base(spec).allocated_memory)
     return None
 
 
 def _spec(node: Any) -> Any:
-    value = node.meta.get("spec") if isinstance(node, torch.fx.Node) else None
+    value = tensor_spec(node)
     return value if _is_spec(value) else None
-
-
-def _base(spec: Any) -> Any:
-    while spec.storage_base is not None:
-        spec = spec.storage_base
-    return spec
 
 
 def _reason(node: torch.fx.Node, key: str, python: _PythonValues) -> str:

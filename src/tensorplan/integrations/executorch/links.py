@@ -38,6 +38,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from tensorplan.integrations.executorch.vocabulary import is_alloc, is_memory_view, tensor_spec
+
 CAT_OP = "aten::cat.out"
 PAD_OP = "aten::constant_pad_nd.out"
 
@@ -84,8 +86,8 @@ class StorageGroups:
         self.parent: dict[int, int] = {}
         self.spec: dict[int, Any] = {}
         for node in graph.nodes:
-            view, base = _spec(node), _spec(node.args[0]) if node.args else None
-            if _is_memory_view(node) and view is not None and base is not None:
+            view, base = tensor_spec(node), tensor_spec(node.args[0]) if node.args else None
+            if is_memory_view(node) and view is not None and base is not None:
                 self._join(view, base)
         self.last: dict[int, int] = {}
         for index, refs in enumerate(spec_refs):
@@ -129,27 +131,6 @@ class StorageGroups:
         return self.last.get(self.find(spec), math.inf) == index
 
 
-def _spec(node: Any) -> Any:
-    """The single TensorSpec of a node, or None."""
-    if not isinstance(node, torch.fx.Node):
-        return None
-    spec = node.meta.get("spec")
-    return spec if type(spec).__name__ in ("TensorSpec", "_ViewSpec") else None
-
-
-def _is_memory_view(node: torch.fx.Node) -> bool:
-    from executorch.exir import memory
-
-    return node.op == "call_function" and node.target is memory.view
-
-
-def _is_alloc(node: Any) -> bool:
-    from executorch.exir import memory
-
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" \
-        and node.target is memory.alloc
-
-
 def spec_references(graph: torch.fx.Graph, graph_signature: Any) -> list[list[Any]]:
     """Per node (graph order), the specs ExecuTorch counts it as using when it computes
     lifetimes: the node's own and those of its Node arguments."""
@@ -170,8 +151,8 @@ def mutable_buffer_specs(graph: torch.fx.Graph, graph_signature: Any) -> set[int
     found = set()
     for node in graph.find_nodes(op="placeholder"):
         fqn = graph_signature.inputs_to_buffers.get(node.target)
-        if fqn in mutated and _spec(node) is not None:
-            found.add(id(_spec(node)))
+        if fqn in mutated and tensor_spec(node) is not None:
+            found.add(id(tensor_spec(node)))
     return found
 
 
@@ -227,7 +208,7 @@ def _contiguous(spec: Any) -> bool:
 def _concat_links(node: torch.fx.Node, index: int, groups: StorageGroups,
                   rules: LinkRules) -> Iterator[Link]:
     """Links of the ``cat`` inputs that can be made in their slices of its output."""
-    out = _spec(node.kwargs.get("out"))
+    out = tensor_spec(node.kwargs.get("out"))
     inputs = node.args[0]
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
     value = node.meta.get("val")
@@ -236,13 +217,14 @@ def _concat_links(node: torch.fx.Node, index: int, groups: StorageGroups,
     dim %= value.dim()
     if math.prod(value.shape[:dim]) != 1:
         return
-    roots = [groups.find(_spec(arg)) if _spec(arg) is not None else None for arg in inputs]
+    roots = [groups.find(tensor_spec(arg)) if tensor_spec(arg) is not None else None
+             for arg in inputs]
     offset = 0
     for position, arg in enumerate(inputs):
-        spec, arg_value = _spec(arg), arg.meta.get("val")
+        spec, arg_value = tensor_spec(arg), arg.meta.get("val")
         if not _static(arg_value):
             return
-        if (_is_alloc(arg.kwargs.get("out")) and spec is not None and spec.storage_base is None
+        if (is_alloc(arg.kwargs.get("out")) and spec is not None and spec.storage_base is None
                 and id(spec) in rules.planned and not spec.const and _contiguous(spec)
                 and spec.dtype == out.dtype and roots.count(roots[position]) == 1
                 and roots[position] != groups.find(out) and offset % rules.alignment == 0
@@ -269,12 +251,12 @@ def _first_out(node: torch.fx.Node) -> tuple[Any, Any]:
     value = node.meta.get("val")
     if isinstance(value, (tuple, list)):
         value = value[0]
-    return _spec(node.kwargs.get(names[0])), value
+    return tensor_spec(node.kwargs.get(names[0])), value
 
 
 def view_base(node: torch.fx.Node) -> torch.fx.Node:
     """The node whose storage a chain of ExecuTorch ``memory.view`` nodes reads."""
-    while _is_memory_view(node):
+    while is_memory_view(node):
         node = node.args[0]
     return node
 
@@ -293,12 +275,12 @@ def _in_place_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules
         return None
     arguments = _arguments(node)
     tensors = {name: arg for name, arg in arguments.items()
-               if _spec(arg) is not None and arg is not node.kwargs.get("out")}
+               if tensor_spec(arg) is not None and arg is not node.kwargs.get("out")}
     for name in [n for n in tensors if n in allowed]:
         arg = tensors[name]
         base_node = view_base(arg)
-        base, root = _spec(base_node), groups.find(_spec(arg))
-        if any(groups.find(_spec(other)) == root and other_name not in allowed
+        base, root = tensor_spec(base_node), groups.find(tensor_spec(arg))
+        if any(groups.find(tensor_spec(other)) == root and other_name not in allowed
                for other_name, other in tensors.items()):
             continue
         if _overwritable(arg, base_node, base, out, out_value, rules, reshape) \
@@ -329,13 +311,13 @@ def _pad_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules: Lin
               bases: Mapping[int, Link]) -> Link | None:
     """The link placing the storage of a pad's input (``bases``: the links found so far, by
     id() of the linked spec) in the tail of the pad's output, or None."""
-    out, arg = _spec(node.kwargs.get("out")), view_base(node.args[0])
+    out, arg = tensor_spec(node.kwargs.get("out")), view_base(node.args[0])
     value, arg_value = node.meta.get("val"), node.args[0].meta.get("val")
-    if out is None or (arg.op == "placeholder" and not rules.inputs) or _spec(arg) is None \
+    if out is None or (arg.op == "placeholder" and not rules.inputs) or tensor_spec(arg) is None \
             or not _static(value) or not _static(arg_value) or id(out) not in rules.planned \
             or out.storage_base or not _contiguous(out) or arg_value.dtype != value.dtype:
         return None
-    root = _spec(arg)
+    root = tensor_spec(arg)
     while id(root) in bases and bases[id(root)].offset == 0:
         root = bases[id(root)].base
     if id(root) in bases or root.storage_base is not None or id(root) not in rules.planned \

@@ -30,15 +30,17 @@ import torch.fx
 from tensorplan.banks.moves import plan_moves
 from tensorplan.integrations.executorch.banks import (
     BankSetup,
-    _base,
-    _is_alloc,
-    _is_memory_view,
-    _specs,
     bank_items,
     held_bytes,
     step_names,
 )
 from tensorplan.integrations.executorch.order import _written
+from tensorplan.integrations.executorch.vocabulary import (
+    is_alloc,
+    is_memory_view,
+    specs_in,
+    storage_base,
+)
 
 
 @dataclass(frozen=True)
@@ -58,13 +60,13 @@ def _values(node: torch.fx.Node) -> list[tuple[Any, torch.fx.Node]]:
     value = node.meta.get("spec")
     outs = [v for v in node.kwargs.values() if isinstance(v, torch.fx.Node)]
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
-            or not outs or not all(_is_alloc(v) for v in outs):
+            or not outs or not all(is_alloc(v) for v in outs):
         return []
     if hasattr(value, "allocated_memory"):
         return [(value, node)]
     picked = {user.args[1]: user for user in node.users
               if getattr(user.target, "__name__", "") == "getitem"}
-    return [(spec, picked[i]) for i, spec in enumerate(_specs(value)) if i in picked]
+    return [(spec, picked[i]) for i, spec in enumerate(specs_in(value)) if i in picked]
 
 
 @dataclass(frozen=True)
@@ -86,18 +88,18 @@ def _segments(graph_module: torch.fx.GraphModule,
     writes: dict[int, list[tuple[int, Any, torch.fx.Node]]] = {}
     for index, node in enumerate(nodes):
         for value, reader in _values(node):
-            writes.setdefault(id(_base(value)), []).append((index, value, reader))
+            writes.setdefault(id(storage_base(value)), []).append((index, value, reader))
     index_of = {node: index for index, node in enumerate(nodes)}
     found = {}
     for key, made in writes.items():
-        root = _base(made[0][1])
+        root = storage_base(made[0][1])
         if key not in planned or made[0][1] is not root or root.const:
             continue
         segments = []
         for (_, value, node), later in zip(made, [*made[1:], None], strict=True):
             whole = _offset(value) == 0 and value.allocated_memory == root.allocated_memory
             readers_ok = all(isinstance(r.target, torch._ops.OpOverload)
-                             and not _is_memory_view(r) and node not in _written(r)
+                             and not is_memory_view(r) and node not in _written(r)
                              for r in node.users)
             if whole and readers_ok:
                 segments.append(Segment(node, index_of[node],
@@ -167,7 +169,7 @@ def _insert(graph_module: torch.fx.GraphModule, root: Any, source: torch.fx.Node
     relinked = []
     for writer in later:
         for value, _ in _values(writer):
-            if value.storage_base is not None and _base(value) is root:
+            if value.storage_base is not None and storage_base(value) is root:
                 relinked.append((value, value.storage_base, value.storage_base_offset))
                 value.storage_base, value.storage_base_offset = spec, _offset(value)
     return Copy(source, node, alloc, tuple(relinked))

@@ -29,27 +29,22 @@ from tensorplan.integrations.executorch.links import (
     mutable_buffer_specs,
     spec_references,
 )
+from tensorplan.integrations.executorch.vocabulary import is_alloc, is_memory_view, specs_in
 from tensorplan.schedule.order import post_order
 
 Order = list[torch.fx.Node]  # every node of the graph, in run order
 
 
-def _is_kind(node: torch.fx.Node, *names: str) -> bool:
-    from executorch.exir import memory
-
-    return node.op == "call_function" and any(node.target is getattr(memory, n) for n in names)
-
-
 def _units(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     return [n for n in graph.nodes if n.op not in ("placeholder", "output", "get_attr")
-            and not _is_kind(n, "alloc")]
+            and not is_alloc(n)]
 
 
 def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The Node arguments a unit may write (not counting its fresh ``out`` allocations)."""
     schema = getattr(node.target, "_schema", None)
     if schema is None:
-        return [] if _is_kind(node, "view") or node.target.__name__ == "getitem" \
+        return [] if is_memory_view(node) or node.target.__name__ == "getitem" \
             else list(node.all_input_nodes)
     from executorch.exir.operator.convert import get_out_args_from_opoverload, is_out_variant
 
@@ -62,15 +57,8 @@ def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
             and isinstance(named.get(a.name), torch.fx.Node)]
 
 
-def _specs_of(node: torch.fx.Node) -> list[Any]:
-    """The TensorSpecs a node holds (an alloc of a list of outputs holds several)."""
-    value = node.meta.get("spec")
-    return [s for s in (value if isinstance(value, (list, tuple)) else [value])
-            if hasattr(s, "allocated_memory")]
-
-
 def _root(node: torch.fx.Node) -> torch.fx.Node:
-    while _is_kind(node, "view"):
+    while is_memory_view(node):
         node = node.args[0]
     return node
 
@@ -79,7 +67,7 @@ def _alloc_writers(units: Sequence[torch.fx.Node]) -> dict[torch.fx.Node, torch.
     """``memory.alloc`` node -> the unit that writes it: the op that takes it as an ``out``
     argument (ExecuTorch passes those by keyword)."""
     return {arg: u for u in units for arg in u.kwargs.values()
-            if isinstance(arg, torch.fx.Node) and _is_kind(arg, "alloc")}
+            if isinstance(arg, torch.fx.Node) and is_alloc(arg)}
 
 
 def _dependencies(graph: torch.fx.Graph, units: Sequence[torch.fx.Node]
@@ -109,7 +97,7 @@ def _expand(graph: torch.fx.Graph, units: Sequence[torch.fx.Node]) -> Order:
     placed = set(order)
     for unit in units:
         for arg in unit.all_input_nodes:
-            if arg not in placed and (arg.op == "get_attr" or _is_kind(arg, "alloc")):
+            if arg not in placed and (arg.op == "get_attr" or is_alloc(arg)):
                 order.append(arg)
                 placed.add(arg)
         order.append(unit)
@@ -130,7 +118,7 @@ def _memory_greedy(graph: torch.fx.Graph, graph_signature: Any, planned: frozens
         n: None if n.op == "placeholder" else n for n in nodes}
     for unit in units:
         for arg in unit.all_input_nodes:
-            if arg.op == "get_attr" or _is_kind(arg, "alloc"):
+            if arg.op == "get_attr" or is_alloc(arg):
                 owner[arg] = unit
     owner.update(_alloc_writers(units))
     readers: dict[int, set[torch.fx.Node]] = {}
@@ -142,8 +130,8 @@ def _memory_greedy(graph: torch.fx.Graph, graph_signature: Any, planned: frozens
     forever = {groups.find(groups.spec[k]) for k in forever_specs if k in groups.spec}
     size = {g: groups.spec[g].allocated_memory if g in planned else 0 for g in readers}
     started = {u: sum(size.get(groups.find(spec), 0)
-                      for a in u.all_input_nodes if _is_kind(a, "alloc")
-                      for spec in _specs_of(a)) for u in units}
+                      for a in u.all_input_nodes if is_alloc(a)
+                      for spec in specs_in(a.meta.get("spec"))) for u in units}
     touched: dict[torch.fx.Node, list[int]] = {u: [] for u in units}
     for g, rs in readers.items():
         for r in rs:

@@ -16,7 +16,7 @@ Then real-size transformers (two layers, ``bench_chunks``' builders; fresh confi
 zoo's shapes): eager PyTorch, ExecuTorch's own ``.pte`` (its default lowering),
 tensorplan's ``.pte`` of the program as exported and of the program with ``chunks="auto"``,
 each run in ExecuTorch's runtime on one thread (one untimed call, then the median of
-``--model-runs`` calls), its outputs compared with eager.
+``--model-runs`` rounds of one call each, interleaved), its outputs compared with eager.
 """
 
 from __future__ import annotations
@@ -133,16 +133,21 @@ def _models() -> dict[str, Callable[[], Any]]:
             "BERT 512 wide, 384 tokens (fresh)": lambda: bench_chunks._bert(2, 512, 8, 384)}
 
 
-def _timed(call: Callable[[], Any], runs: int) -> tuple[float, Any]:
-    """Median ms of ``runs`` calls after an untimed one, and the first call's outputs (copied:
-    a loaded method's outputs live in its memory)."""
-    outputs = pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, call())
-    times = []
+def _copied(outputs: Any) -> Any:
+    """Outputs copied out (a loaded method's outputs live in its memory)."""
+    return pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, outputs)
+
+
+def _interleaved(calls: dict[str, Callable[[], Any]], runs: int) -> dict[str, float]:
+    """Median ms of each call over ``runs`` rounds, one call of each per round (so a load on
+    the machine weighs on all alike), after the untimed first calls the caller made."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), outputs
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def measure_model(build: Callable[[], Any], runs: int) -> dict[str, tuple[float, bool, int]]:
@@ -152,21 +157,26 @@ def measure_model(build: Callable[[], Any], runs: int) -> dict[str, tuple[float,
 
     torch.manual_seed(0)
     example = build()
-    with torch.no_grad():
-        eager_ms, expected = _timed(lambda: example.model(*example.args), runs)
     with common.quiet(), torch.no_grad():
         exported = torch.export.export(example.model, example.args, strict=False)
         programs = {"ExecuTorch's .pte": common.lower_to_executorch(example),
                     "tensorplan's .pte": to_executorch(exported),
                     "tensorplan's .pte, chunks auto": to_executorch(
                         tp.compile(example.model, example.args, chunks="auto"))}
-    found = {"eager": (eager_ms, True, 0)}
+    loaded = {name: common.load_executorch(lowered)  # held while their methods run
+              for name, lowered in programs.items()}
+    calls = {"eager": lambda: example.model(*example.args),
+             **{name: common.executorch_call(program, example.args, {})
+                for name, program in loaded.items()}}
+    with torch.no_grad():
+        first = {name: _copied(call()) for name, call in calls.items()}
+        times = _interleaved(calls, runs)
+    expected = pytree.tree_leaves(first["eager"])
+    found = {"eager": (times["eager"], True, 0)}
     for name, lowered in programs.items():
-        program = common.load_executorch(lowered)  # held while its method runs
-        ms, outputs = _timed(common.executorch_call(program, example.args, {}), runs)
         instructions = sum(len(chain.instructions) for chain in
                            lowered.executorch_program.execution_plan[0].chains)
-        found[name] = (ms, common.same_outputs(pytree.tree_leaves(expected), list(outputs)),
+        found[name] = (times[name], common.same_outputs(expected, list(first[name])),
                        instructions)
     return found
 
@@ -183,8 +193,9 @@ def model_report(results: dict[str, dict[str, tuple[float, bool, int]]]) -> str:
         chunked.append(found["tensorplan's .pte, chunks auto"][0] / plain)
         if model.startswith("GPT-2 small"):
             gpt2 = plain / found["eager"][0]
+    gpt2_cell = f"{gpt2:.1f}x eager" if gpt2 is not None else "not measured"
     return (f"**Summary**: tensorplan's `.pte` of GPT-2 small at 1024 tokens runs at "
-            f"{gpt2:.1f}x eager (target <= 5x); a chunked `.pte` / the unchunked one: "
+            f"{gpt2_cell} (target <= 5x); a chunked `.pte` / the unchunked one: "
             f"max {max(chunked):.2f}x (target <= 1.35x).\n\n"
             + common.markdown(["model", "program", "ms", "/ eager", "/ ExecuTorch's .pte",
                                "/ tensorplan's unchunked", "instructions", "equal to eager"],
@@ -200,6 +211,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"timed calls of each model program (default {MODEL_RUNS})")
     parser.add_argument("--no-models", action="store_true",
                         help="measure the product kernels only")
+    parser.add_argument("--models", help="comma-separated words: only the model rows whose "
+                                         "name holds one of them")
     return parser.parse_args(argv)
 
 
@@ -216,7 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = report(results)
     if not options.no_models:
         models = {}
+        words = options.models.split(",") if options.models else [""]
         for name, build in _models().items():
+            if not any(word in name for word in words):
+                continue
             models[name] = measure_model(build, options.model_runs)
             print(f"{name}: done", file=sys.stderr, flush=True)
         text += "\n" + model_report(models)

@@ -17,11 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import tensorplan as tp
+from tensorplan.analysis.liveness import scheduled_nodes
 from tensorplan.errors import InputError
 from tensorplan.report.rewrites import rewrite_notes
 from tensorplan.rewrite import chunks
 from tensorplan.rewrite.rows import WHOLE, Rows, input_rows, reshaped_rows
-from tensorplan.schedule.order import scheduled_nodes
 
 S, D, H = 64, 32, 4  # tokens, width, heads
 

@@ -15,7 +15,7 @@ import torch
 from torch.export import ExportedProgram
 
 from tensorplan.analysis.alias import AliasTable, planned_specs
-from tensorplan.analysis.liveness import GraphLifetimes, lifetimes
+from tensorplan.analysis.liveness import GraphLifetimes, lifetimes, scheduled_nodes
 from tensorplan.banks.choice import Bank, BankRequest, bank_request
 from tensorplan.errors import InputError, PlanError
 from tensorplan.formats.artifact import read_artifact, write_artifact
@@ -33,7 +33,7 @@ from tensorplan.rewrite.patches import choose as choose_patches
 from tensorplan.runtime.lower import Lowered, ProgramFacts, lower_program
 from tensorplan.runtime.runner import Runner
 from tensorplan.schedule.fold import NOTHING_FOLDED, Folded
-from tensorplan.schedule.order import Order, scheduled_nodes
+from tensorplan.schedule.order import Order
 from tensorplan.schedule.schedule import Schedule, ScheduleOptions, schedule
 from tensorplan.specs.propagate import propagate
 from tensorplan.specs.spec import SpecTable

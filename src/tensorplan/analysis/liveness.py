@@ -21,7 +21,14 @@ from torch.export import ExportedProgram
 
 from tensorplan.analysis.alias import AliasTable
 from tensorplan.ops.control_flow import control_flow_op, graph_modules
-from tensorplan.schedule.order import scheduled_nodes
+
+
+def scheduled_nodes(graph: torch.fx.Graph, schedule: Sequence[str] | None) -> list[torch.fx.Node]:
+    """The graph's nodes in ``schedule`` order (node names), or in graph order without one."""
+    if schedule is None:
+        return list(graph.nodes)
+    by_name = {node.name: node for node in graph.nodes}
+    return [by_name[name] for name in schedule]
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tensorplan.analysis.liveness import scheduled_nodes
 from tensorplan.program import Program
 from tensorplan.report.text import bytes_text
 from tensorplan.rewrite.chunks import Region, made_for
-from tensorplan.schedule.order import scheduled_nodes
 
 LISTED_REGIONS = 4  # regions named in a chunking's note; the rest counted
 

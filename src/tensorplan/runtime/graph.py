@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from tensorplan.analysis.liveness import scheduled_nodes
 from tensorplan.errors import TensorPlanError
 from tensorplan.internal import Locating
 from tensorplan.runtime.args import compile_args
@@ -22,7 +23,6 @@ from tensorplan.runtime.lower import Lowered, lower_graph
 from tensorplan.runtime.refusals import refusal
 from tensorplan.runtime.shapes import Bindings
 from tensorplan.runtime.steps import StepContext, SubgraphRun, build_steps
-from tensorplan.schedule.order import scheduled_nodes
 
 
 class GraphRunner:

@@ -32,6 +32,7 @@ import torch
 import torch.fx
 
 from tensorplan.analysis.alias import Slice
+from tensorplan.analysis.liveness import scheduled_nodes
 from tensorplan.errors import UnsupportedOpError
 from tensorplan.frontend.roles import Role, Roles
 from tensorplan.ops.control_flow import control_flow_op, graph_modules
@@ -40,7 +41,6 @@ from tensorplan.runtime.kernels import NATIVE_INTO, out_variant
 from tensorplan.runtime.shapes import SymbolicShape, canonical
 from tensorplan.schedule.concat import PLACING_OPS
 from tensorplan.schedule.fold import NOTHING_FOLDED, Folded
-from tensorplan.schedule.order import scheduled_nodes
 from tensorplan.specs.spec import SpecTable, TensorSpec
 
 

@@ -30,14 +30,6 @@ from tensorplan.analysis.alias import AliasTable
 Order = tuple[str, ...]  # top-level node names in run order
 
 
-def scheduled_nodes(graph: torch.fx.Graph, schedule: Sequence[str] | None) -> list[torch.fx.Node]:
-    """The graph's nodes in ``schedule`` order (node names), or in graph order without one."""
-    if schedule is None:
-        return list(graph.nodes)
-    by_name = {node.name: node for node in graph.nodes}
-    return [by_name[name] for name in schedule]
-
-
 def _split(graph: torch.fx.Graph) -> tuple[list, list, torch.fx.Node]:
     nodes = list(graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]

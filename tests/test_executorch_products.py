@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 pytest.importorskip("executorch")
 
 from executorch.exir import to_edge  # noqa: E402
-from executorch.runtime import Runtime  # noqa: E402
+from test_executorch_pte import _execute  # noqa: E402
 
 import tensorplan as tp  # noqa: E402
 from tensorplan import zoo  # noqa: E402
@@ -35,11 +35,6 @@ def _kernels(manager: Any) -> list[str]:
     names = [f"{o.name}.{o.overload}" for o in plan.operators]
     return [names[i.instr_args.op_index] for chain in plan.chains
             for i in chain.instructions if hasattr(i.instr_args, "op_index")]
-
-
-def _execute(buffer: bytes, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    program = Runtime.get().load_program(buffer)  # held while the method's outputs are read
-    return [o.clone() for o in program.load_method("forward").execute(inputs)]
 
 
 def _constant_bytes(manager: Any) -> int:

@@ -119,15 +119,17 @@ def test_the_largest_fitting_size_fits_and_the_next_does_not(tiny_gpt):
 def test_a_dynamic_model_over_budget_is_told_the_largest_size_that_fits(tiny_gpt, capsys):
     example, prog = tiny_gpt
     fits = prog.plan.arena_bytes_at(seq=82)
-    hint = f"at seq <= 82 the arena is {fits:,} B, within the budget: give seq max=82"
+    hint = f"at seq <= 82 the arena is {fits:,} B, within the budget: give seq max=82; "
     with pytest.raises(tp.PlanError) as info:
         tp.compile(example.model, example.args, dynamic_shapes=example.dynamic_shapes,
                    max_arena_bytes=300_000)
     assert str(info.value).endswith(
-        "no plan of this program as compiled fits: its lower bound is 655,872 B; " + hint)
+        "no plan of this program as compiled fits: its lower bound is 655,872 B; " + hint +
+        'chunks="auto" plans 382,976 B (still over)')
     assert "Dim maxima" not in str(info.value)
     assert main(["plan", "zoo:tiny_gpt", "--max-arena", "300000"]) == 2
-    assert capsys.readouterr().err.rstrip().endswith(hint)
+    assert capsys.readouterr().err.rstrip().endswith(hint + "--chunks auto plans 382,976 B "
+                                                      "(still over)")
 
 
 def test_a_cnn_over_budget_is_told_the_arena_patches_reach(capsys):

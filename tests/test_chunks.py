@@ -331,15 +331,35 @@ def test_chunks_compose_with_banks_folding_reuse_and_the_planners(options) -> No
     assert torch.equal(chunked.run(tokens), plain.run(tokens))
 
 
-def test_a_plain_dynamic_seq_declines_naming_the_multiple_that_would_chunk() -> None:
-    tokens = _tokens()
-    seq = torch.export.Dim("seq", min=2, max=S)
-    model = nn.Sequential(nn.Embedding(50, D), nn.Linear(D, 4 * D), nn.GELU(),
-                          nn.Linear(4 * D, D)).eval()
-    prog = tp.compile(model, (tokens,), dynamic_shapes=({1: seq},), chunks=4)
-    assert prog.chunking.chosen.chunks == 1
-    assert "a multiple of no chunk count" in prog.chunking.declined
-    assert "8 * Dim(" in prog.chunking.declined
+def _loop_nodes(program: torch.export.ExportedProgram) -> tuple[int, int]:
+    """The loops (``scan``) of a program and its nodes, every loop body's included."""
+    module = program.graph_module
+    loops = sum(n.target is torch.ops.higher_order.scan for n in module.graph.nodes)
+    nodes = sum(len(m.graph.nodes) for m in module.modules() if isinstance(m, torch.fx.GraphModule))
+    return loops, nodes
+
+
+def test_a_plain_dynamic_seq_chunks_as_a_loop_equal_to_eager_at_every_size() -> None:
+    """A plain ``Dim`` (2..128): chunks of 32 rows run as a loop, as many as the rows need,
+    the last one padded; the body is planned once, so the program is no larger."""
+    torch.manual_seed(0)
+    model = Stack(rotary=True, kv_heads=2).eval()
+    seq = torch.export.Dim("seq", min=2, max=2 * S)
+    program = tp.capture(model, (_tokens(),), dynamic_shapes=({1: seq},))
+    plain, chunked = tp.compile(program), tp.compile(program, chunks=4)
+    assert (chunked.chunking.declined, chunked.chunking.chosen.chunks) == ("", 4)
+    assert chunked.chunking.chosen.overhead == 1.0  # no multiply-add added at the bound
+    loops, nodes = _loop_nodes(chunked.exported_program)
+    assert loops == 2 and nodes <= 1.5 * _loop_nodes(plain.exported_program)[1]
+    assert chunked.plan.arena_bytes < 0.5 * plain.plan.arena_bytes
+    for rows in (2, 5, 31, 32, 33, 97, 2 * S):  # smallest, odd, around a chunk, largest
+        tokens = torch.randint(0, 50, (1, rows))
+        with torch.no_grad():
+            eager = model(tokens)
+        got = chunked.run(tokens)
+        torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
+        if rows >= 8:  # as many rows a matmul as whole: the same kernels, bitwise
+            assert torch.equal(got, plain.run(tokens))
 
 
 def _dynamic_stack() -> tuple[nn.Module, tuple[torch.Tensor], tuple[dict[int, Any]]]:
@@ -374,15 +394,20 @@ def test_a_dynamic_seq_that_is_a_multiple_is_chunked_and_proven_at_every_size() 
     assert f"8*{symbolic.dims[0].symbol}, at most 128, rows of dim 1" in chunked_note.detail
 
 
-def test_a_dynamic_count_must_divide_the_rows_at_every_size() -> None:
+def test_a_count_that_does_not_divide_a_multiple_runs_as_a_loop() -> None:
     model, args, dynamic = _dynamic_stack()
     program = tp.capture(model, args, dynamic_shapes=dynamic)
-    prog = tp.compile(program, chunks=16)  # 16 does not divide 8 x blocks: 8 chunks
+    prog = tp.compile(program, chunks=16)  # 16 does not divide 8 x blocks: 16 chunks of 8
     assert prog.chunking.chosen.chunks == 16
-    assert {region.fits(16) for region in prog.chunking.regions} == {8}
+    assert {region.unrolls(16) for region in prog.chunking.regions} == {False}
+    assert _loop_nodes(prog.exported_program)[0] == len(prog.chunking.regions)
+    for blocks in (2, 5, 16):
+        tokens = torch.randint(0, 50, (1, 8 * blocks))
+        with torch.no_grad():
+            torch.testing.assert_close(prog.run(tokens), model(tokens), rtol=1e-5, atol=1e-5)
     found, _ = chunks.regions(program)
-    with pytest.raises(tp.InputError, match="do not divide"):
-        chunks.chunk_program(program, found, [3] * len(found))
+    three = chunks.chunk_program(program, found, [3] * len(found))  # 43 rows a chunk
+    assert _loop_nodes(three)[0] == len(found)
 
 
 def test_a_program_with_no_region_declines_with_its_reason() -> None:
@@ -548,7 +573,11 @@ def test_a_dynamic_gpt2_is_chunked_at_every_size_of_its_range():
         torch.testing.assert_close(prog.run(tokens), model(tokens))
     plain = tp.compile(model, (hf._tokens(32),), dynamic_shapes=({1: hf._seq_dim()},),
                        chunks="auto")
-    assert "export the dim as a multiple, seq = 8 * Dim(\"blocks\"" in plain.chunking.declined
+    assert (plain.chunking.declined, plain.chunking.chosen.chunks) == ("", 8)
+    assert plain.plan.arena_bytes == 290_816  # the padded rows of the loop's inputs: 0.7% more
+    for seq in (2, 37, 64):
+        tokens = hf._tokens(seq)
+        torch.testing.assert_close(plain.run(tokens), model(tokens))
 
 
 def test_the_chunk_table_explains_its_columns():
@@ -561,6 +590,8 @@ def test_the_chunk_table_explains_its_columns():
     console = Console(width=200, record=True)
     console.print(chunking_table(prog.chunking))
     text = console.export_text()
-    assert "are seq (a dynamic dim)" in text  # why nothing was chunked, first
+    assert prog.chunking.chosen.chunks == 16  # seq: a plain Dim, chunked as a loop
+    assert any(line.split("│")[1].strip() == "16" and line.rstrip("│ ").endswith("yes")
+               for line in text.splitlines() if line.count("│") > 2)
     assert "chunks: how many pieces of token rows each region runs in" in text
     assert "estimated peak: the bytes live at the busiest step" in text

@@ -34,7 +34,6 @@ import functools
 import heapq
 import itertools
 import math
-import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -49,6 +48,8 @@ from torch.utils._sympy.numbers import int_oo
 
 from tensorplan.errors import InputError
 from tensorplan.frontend.dim_names import dim_names, named
+from tensorplan.ops.control_flow import control_flow_op, graph_modules
+from tensorplan.rewrite.loop import Loop
 from tensorplan.rewrite.parts import (
     Parted,
     constants,
@@ -57,8 +58,8 @@ from tensorplan.rewrite.parts import (
     tensor_bytes,
 )
 from tensorplan.rewrite.rebuild import Rebuild
+from tensorplan.rewrite.region import Region, Span, emit_region, made_whole
 from tensorplan.rewrite.rows import (
-    _RESHAPES,
     WHOLE,
     Need,
     Rows,
@@ -72,42 +73,6 @@ from tensorplan.rewrite.rows import (
 )
 
 aten = torch.ops.aten
-Span = tuple[Any, Any]  # rows [start, stop): ints, or sympy polynomials in the dynamic dims
-
-
-@dataclass(frozen=True)
-class Region:
-    """The values made once per chunk of a split's rows."""
-
-    split: str  # the value made chunk by chunk and concatenated (the region's last node)
-    dim: int  # the split's dim the chunks divide
-    extent: int  # the split's rows along it (at the dims' upper bounds)
-    nodes: tuple[str, ...]  # every node run per chunk, in graph order (the split last)
-    rows: Mapping[str, Rows]  # each node's rows for a chunk of the split's
-    needs: Mapping[str, Mapping[str, Need]]  # what each node reads of each input
-    checks: tuple[str, ...]  # checks (``_assert_tensor_metadata``) of region values, dropped
-    largest: str  # the region's largest value made whole as exported
-    largest_bytes: int
-    symbolic: Any = None  # the split's rows as a sympy polynomial in the dims (None: static)
-
-    @property
-    def step(self) -> int | None:
-        """The largest count that divides the split's rows at every size of the dims (the
-        gcd of its polynomial's coefficients); None when the rows are static."""
-        if self.symbolic is None:
-            return None
-        poly = sympy.Poly(self.symbolic, *sorted(self.symbolic.free_symbols, key=str))
-        coefficients = poly.coeffs()
-        if not all(c.is_Integer for c in coefficients):
-            return 1
-        return math.gcd(*(int(c) for c in coefficients))
-
-    def fits(self, count: int, least_rows: int = 1) -> int:
-        """The most chunks up to ``count`` that leave at least ``least_rows`` rows each (at the
-        upper bounds) and, for dynamic rows, divide them at every size."""
-        limit = max(1, min(count, self.extent // least_rows))
-        step = self.step
-        return limit if step is None else max(d for d in range(1, limit + 1) if step % d == 0)
 
 
 @dataclass(frozen=True)
@@ -319,7 +284,7 @@ class _Chunks:
     def _cut(self, arg: torch.fx.Node, need: Need, chunk: Span, tag: str,
              cuts: dict[tuple[str, int, int, int], torch.fx.Node]) -> torch.fx.Node:
         """The rows of a value made whole that a region node reads for ``chunk``."""
-        value = self.build.env[arg.name]
+        value = made_whole(self.build, arg)
         if need == WHOLE:
             return value
         start, stop = need.span(chunk)
@@ -332,43 +297,26 @@ class _Chunks:
                                         like=arg, name=f"{arg.name}_rows{tag}")
         return cuts[key]
 
-    def _one(self, node: torch.fx.Node, rows: Rows, args: tuple[Any, ...],
-             kwargs: Mapping[str, Any], chunk: Span, tag: str) -> torch.fx.Node:
-        """One region node on one chunk: its inputs already cut to the chunk's rows."""
-        if node.target is aten.slice.Tensor and node.args[1] % len(shape(node)) == rows.dim:
-            return args[0]  # its input was cut to the slice's rows of the chunk
-        if node.target in _RESHAPES or node.target is aten.expand.default:
-            size = list(args[1])
-            start, stop = rows.span(chunk)
-            size[rows.dim] = self.build.size(stop - start)
-            args = (args[0], size, *args[2:])
-        return self.build.emit(node.target, args, kwargs, like=node, name=f"{node.name}{tag}")
-
     def region(self, region: Region, chunk: Span, tag: str) -> torch.fx.Node:
         """The split's rows ``chunk``: every region node on its rows of the chunk."""
-        local: dict[str, torch.fx.Node] = {}
         cuts: dict[tuple[str, int, int, int], torch.fx.Node] = {}
-        for name in region.nodes:
-            node, needs = self.nodes[name], region.needs[name]
 
-            def value(arg: torch.fx.Node, needs: Mapping[str, Need] = needs) -> Any:
-                if arg.name in local:
-                    return local[arg.name]
-                if arg.name not in needs:  # a size (SymInt) made before the region
-                    return self.build.env[arg.name]
-                return self._cut(arg, needs[arg.name], chunk, tag, cuts)
+        def read(arg: torch.fx.Node, need: Need | None) -> Any:
+            if need is None:  # a size (SymInt) made before the region
+                return self.build.env[arg.name]
+            return self._cut(arg, need, chunk, tag, cuts)
 
-            source = node.args[0] if node.target is operator.getitem else None
-            if source is not None and source.name not in local:  # an item of a tuple made whole
-                if name not in self.build.env:
-                    self.build.env[name] = self.build.emit(
-                        operator.getitem, (self.build.env[source.name], node.args[1]),
-                        like=node, name=name)
-                local[name] = self._cut(node, region.rows[name], chunk, tag, cuts)
-                continue
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
-            local[name] = self._one(node, region.rows[name], args, kwargs, chunk, tag)
-        return local[region.split]
+        return emit_region(self.build, self.nodes, region, chunk, tag, read)
+
+    def emit(self, region: Region, count: int, split: torch.fx.Node) -> torch.fx.Node:
+        """The split made in ``count`` chunks: unrolled and concatenated, or a loop."""
+        if not region.unrolls(count):
+            rows = math.ceil(region.extent / count)
+            return Loop(self.build, self.nodes, region, rows).emit()
+        parts = [self.region(region, span, f"{CHUNK_TAG}{i}")
+                 for i, span in enumerate(_tiles(region, count))]
+        return self.build.emit(aten.cat.default, (parts, region.dim), like=split,
+                               name=split.name)
 
 
 CHUNK_TAG = "_chunk"  # a chunk's node is named its original's name, this, and the chunk's index
@@ -386,41 +334,63 @@ def made_for(name: str) -> str | None:
 def chunk_program(program: ExportedProgram, found: Sequence[Region],
                   counts: Sequence[int]) -> ExportedProgram:
     """The program with each region run once per chunk of its split's rows (``counts[i]``
-    chunks for ``found[i]``, as even as the rows allow), each chunk's result concatenated
-    into the split; every other node as it was. Built from the program's graph without a
-    second trace (``rebuild.py``): the values of the new nodes are computed on the program's
-    fake tensors.
+    chunks for ``found[i]``), each chunk's result written into its rows of the split; every
+    other node as it was. Built from the program's graph without a second trace
+    (``rebuild.py``): the values of the new nodes are computed on the program's fake tensors.
 
-    With dynamic dims the chunks are ``1 / count`` of the split's rows at every size (sizes
-    made from the inputs' sizes, ``sym_size``), so ``count`` must divide them; call it within
-    ``sizes_at`` the dims' upper bounds.
+    Rows that ``count`` chunks divide at every size of the dims (static rows, or a multiple
+    such as ``8 * blocks``) are unrolled, the chunks as even as the rows allow and
+    concatenated; other dynamic rows (a plain ``Dim``) run as a loop (``loop.py``) of chunks of
+    ``ceil(rows / count)`` rows at the dims' upper bounds, as many as the rows need at each
+    size. Call it within ``sizes_at`` the dims' upper bounds.
 
-    Pure: ``program`` is not modified. Raises ``InputError`` for a count below 1, above a
-    region's rows, or that does not divide its dynamic rows.
+    Pure: ``program`` is not modified, but for its dims' hints with a loop (the sizes a trace
+    branches on, ``_generic_hints``). Raises ``InputError`` for a count below 1 or above a
+    region's rows.
     """
     for region, count in zip(found, counts, strict=True):
         if not 1 <= count <= region.extent:
             raise InputError(f"chunks: {count} chunks do not fit the {region.extent} rows of "
                              f"{region.split!r} (dim {region.dim}); choose 1 to "
                              f"{region.extent}")
-        if region.fits(count) != count:
-            raise InputError(f"chunks: {count} chunks do not divide the {region.symbolic} rows "
-                             f"of {region.split!r} (dim {region.dim}) at every size; choose a "
-                             f"divisor of {region.step}")
-    chunked = {r.split: (r, _tiles(r, n)) for r, n in zip(found, counts, strict=True)
-               if n > 1}
+    chunked = {r.split: (r, n) for r, n in zip(found, counts, strict=True) if n > 1}
     inside = {name for r, _ in chunked.values() for name in (*r.nodes[:-1], *r.checks)}
     chunks = _Chunks(program)
+    if any(not r.unrolls(n) for r, n in chunked.values()):
+        _generic_hints(program, chunks.build.fake_mode.shape_env)
     for node in program.graph.nodes:
         if node.name in chunked:
-            region, spans = chunked[node.name]
-            parts = [chunks.region(region, span, f"{CHUNK_TAG}{i}")
-                     for i, span in enumerate(spans)]
-            chunks.build.env[node.name] = chunks.build.emit(
-                aten.cat.default, (parts, region.dim), like=node, name=node.name)
+            region, count = chunked[node.name]
+            chunks.build.env[node.name] = chunks.emit(region, count, node)
         elif node.name not in inside:
             chunks.build.copy(node)
     return chunks.build.program()
+
+
+def _generic_hints(program: ExportedProgram, shape_env: Any) -> None:
+    """Move the dims' hints (the example's sizes, which a trace of the program branches on)
+    to a size inside their range that is no multiple of a chunk (``_probe``'s prime), as if
+    the program had been exported at that size: at the example a loop may run one chunk or pad
+    no rows, and a trace (this rewrite's, ExecuTorch's) would take that for every size (a view
+    of one chunk, a padding dropped). Only the hints change, on the ShapeEnv and on every
+    symbolic size of the program's values: every value, size and range stays as exported."""
+    points = _points(program)
+    if isinstance(points, str):
+        return
+    _, probe = points
+    for symbol, value in probe.items():
+        if symbol in shape_env.backed_var_to_val:
+            shape_env.backed_var_to_val[symbol] = sympy.Integer(value)
+    for module, _ in graph_modules(program.graph_module):
+        for node in module.graph.nodes:
+            for leaf in pytree.tree_leaves(node.meta.get("val")):
+                sizes = (*leaf.shape, *leaf.stride(), leaf.storage_offset()) \
+                    if isinstance(leaf, torch.Tensor) else (leaf,)
+                for size in sizes:
+                    hint = shape_env._maybe_evaluate_static(size.node.expr, compute_hint=True) \
+                        if isinstance(size, torch.SymInt) else None
+                    if hint is not None:
+                        size.node._hint = int(hint)
 
 
 _MATMULS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0,
@@ -430,11 +400,21 @@ _MATMULS = {aten.mm.default: 0, aten.addmm.default: 1, aten.bmm.default: 0,
 @_at_bounds
 def multiply_adds(program: ExportedProgram) -> int:
     """Multiply-adds of the program's matmuls and convolutions (output elements times the
-    contracted size)."""
+    contracted size), a loop's body counted once per iteration."""
+    return _multiply_adds(program.graph_module)
+
+
+def _multiply_adds(module: torch.fx.GraphModule) -> int:
     total = 0
-    for node in program.graph.nodes:
+    for node in module.graph.nodes:
         out = shape(node)
-        if node.target in _MATMULS:
+        described = control_flow_op(node)
+        if described is not None and any(o.sliced for o in described.operands):
+            sliced = next(o for o in described.operands if o.sliced)
+            times = shape(node.args[sliced.position][0])[0]
+            total += times * sum(_multiply_adds(getattr(module, sub.target))
+                                 for sub in described.subgraph_nodes(node))
+        elif node.target in _MATMULS:
             first = shape(node.args[_MATMULS[node.target]])
             total += math.prod(out) * first[-1]
         elif node.target is aten.convolution.default:
@@ -595,14 +575,8 @@ def _found(program: ExportedProgram
     return found, whole, upper
 
 
-def _none_fit(found: Sequence[Region], counts: Sequence[int]) -> str:
-    """Why no region is chunked at any of ``counts``."""
-    dynamic = [r for r in found if r.symbolic is not None and r.fits(max(counts)) == 1]
-    if dynamic and len(dynamic) == len(found):
-        region = dynamic[0]
-        return (f"the rows of {region.split} are {region.symbolic} (a dynamic dim), a multiple "
-                f"of no chunk count at every size: export the dim as a multiple, "
-                f"seq = 8 * Dim(\"blocks\", max=...), to chunk it in 2, 4 or 8")
+def _none_fit() -> str:
+    """Why no region is chunked."""
     return f"no region has {2 * MIN_CHUNK_ROWS} rows (two chunks of {MIN_CHUNK_ROWS})"
 
 
@@ -653,7 +627,7 @@ def _chosen(program: ExportedProgram, chunks: str | int, counts: tuple[int, ...]
     pick = min(n for n in counts if estimates[n] <= least * AUTO_SLACK)
     kept = _worth_it(program, found, pick, auto)
     if not kept:
-        return program, _declined(base, _none_fit(found, counts), whole)
+        return program, _declined(base, _none_fit(), whole)
     found = kept
     chunked = chunk_program(program, found, _counts(found, pick, auto))
     planned = Candidate(pick, estimates[pick], arena_of(chunked),

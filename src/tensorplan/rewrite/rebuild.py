@@ -21,12 +21,16 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
 from tensorplan.errors import InternalError
 from tensorplan.frontend.fake import FakeOutputs
+
+# Ops whose values with symbolic sizes come from their Python decompositions, as in a trace.
+_DECOMPOSED = frozenset({torch.ops.aten.constant_pad_nd.default})
 
 
 class Rebuild:
@@ -37,6 +41,7 @@ class Rebuild:
         self.source = program
         self.graph = torch.fx.Graph()
         self.env: dict[str, torch.fx.Node] = {}
+        self._modules: dict[str, torch.fx.GraphModule] = {}  # subgraphs this graph adds
         self._sizes: dict[Any, int | torch.fx.Node] = {}
         vals = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
         self.fake_mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
@@ -48,6 +53,14 @@ class Rebuild:
         new.name = node.name  # fx renames a name it deems illegal (an input called "input")
         self.env[node.name] = new
         return new
+
+    def subgraph(self, graph: torch.fx.Graph, name: str) -> torch.fx.Node:
+        """A ``get_attr`` node naming ``graph`` as a new subgraph module of the program (the
+        body of a control-flow node), under ``name``."""
+        self._modules[name] = torch.fx.GraphModule({}, graph)
+        node = self.graph.get_attr(name)
+        node.name = name
+        return node
 
     def size(self, expr: Any) -> int | torch.fx.Node:
         """An int, or the node computing ``expr`` (a sympy polynomial with integer coefficients
@@ -62,10 +75,10 @@ class Rebuild:
             elif expr.is_Add or expr.is_Mul:
                 parts = [self.size(arg) for arg in expr.args]
                 join = operator.add if expr.is_Add else operator.mul
-                made = functools.reduce(lambda a, b: self._arith(join, a, b), parts)
+                made = functools.reduce(lambda a, b: self.arith(join, a, b), parts)
             elif expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
                 base = self.size(expr.base)
-                made = functools.reduce(lambda a, b: self._arith(operator.mul, a, b),
+                made = functools.reduce(lambda a, b: self.arith(operator.mul, a, b),
                                         [base] * int(expr.exp))
             else:
                 raise InternalError(f"rebuild: the size {expr} is no polynomial in the dims",
@@ -73,7 +86,8 @@ class Rebuild:
             self._sizes[expr] = made
         return self._sizes[expr]
 
-    def _arith(self, op: Callable[[Any, Any], Any], a: Any, b: Any) -> Any:
+    def arith(self, op: Callable[[Any, Any], Any], a: Any, b: Any) -> Any:
+        """``op(a, b)`` of two sizes (ints or nodes): an int when both are, else a node."""
         if isinstance(a, int) and isinstance(b, int):
             return op(a, b)
         like = next(x for x in (a, b) if isinstance(x, torch.fx.Node))
@@ -97,8 +111,8 @@ class Rebuild:
                         and b.is_Integer and a >= 1:
                     made = self.emit(torch.ops.aten.sym_size.int, (self.env[node.name], dim),
                                      like=node, name=f"sym_size_{symbol}")
-                    made = self._arith(operator.sub, made, int(b)) if b else made
-                    return self._arith(operator.floordiv, made, int(a)) if a != 1 else made
+                    made = self.arith(operator.sub, made, int(b)) if b else made
+                    return self.arith(operator.floordiv, made, int(a)) if a != 1 else made
         raise InternalError(f"rebuild: no input's size is linear in the dim {symbol}", "rewrite")
 
     def emit(self, target: Callable[..., Any], args: tuple[Any, ...],
@@ -121,9 +135,14 @@ class Rebuild:
         wrapped as the program's fake tensors when every size is static (a third of the cost
         of a fake dispatch; a repeat on the same metadata costs less again, ``FakeOutputs``),
         else in the fake mode itself."""
-        fakes = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
-        if not all(isinstance(d, int) for v in fakes for d in (*v.shape, *v.stride())):
+        leaves = pytree.tree_leaves((args, kwargs))
+        fakes = [v for v in leaves if isinstance(v, torch.Tensor)]
+        if any(isinstance(v, torch.SymInt) for v in leaves) or not all(
+                isinstance(d, int) for v in fakes for d in (*v.shape, *v.stride())):
             with self.fake_mode:
+                if target in _DECOMPOSED:  # their kernels take no symbolic sizes
+                    with enable_python_dispatcher():
+                        return target(*args, **kwargs)
                 return target(*args, **kwargs)
         return self._outputs(target, args, kwargs,
                              lambda: self._on_meta(target, args, kwargs, fakes))
@@ -151,8 +170,13 @@ class Rebuild:
         if lost:
             raise InternalError(f"rebuild: the new graph lost the names {lost[:5]} its "
                                 f"signature refers to", "rewrite")
+        root: Any = source.graph_module
+        if self._modules:  # the source's attributes and the new subgraphs, by name
+            root = {n.target: self._modules.get(n.target) or
+                    functools.reduce(getattr, n.target.split("."), source.graph_module)
+                    for n in self.graph.nodes if n.op == "get_attr"}
         return ExportedProgram(  # its graph module made once, from the source's attributes
-            root=source.graph_module, graph=self.graph, graph_signature=source.graph_signature,
+            root=root, graph=self.graph, graph_signature=source.graph_signature,
             state_dict=source.state_dict, range_constraints=source.range_constraints,
             module_call_graph=source.module_call_graph, example_inputs=source.example_inputs,
             constants=source.constants, verifiers=source.verifiers)

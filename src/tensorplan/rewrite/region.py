@@ -1,0 +1,116 @@
+"""A region of a program: the values made once per chunk of a split's rows, and how one chunk
+of it is emitted into a new graph.
+
+``chunks.py`` finds the regions (``rows.py``'s rules) and emits each once per chunk, unrolled;
+``loop.py`` emits a region once, as the body of a loop. Both emit a chunk with
+:func:`emit_region`, which reads every value made outside the region through a callback: the
+unrolled copies cut the rows from the value itself, the loop body reads its own inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from tensorplan.rewrite.rebuild import Rebuild
+from tensorplan.rewrite.rows import _RESHAPES, Need, Rows, shape
+
+aten = torch.ops.aten
+Span = tuple[Any, Any]  # rows [start, stop): ints, or sympy polynomials in the dynamic dims
+
+
+@dataclass(frozen=True)
+class Region:
+    """The values made once per chunk of a split's rows."""
+
+    split: str  # the value made chunk by chunk and concatenated (the region's last node)
+    dim: int  # the split's dim the chunks divide
+    extent: int  # the split's rows along it (at the dims' upper bounds)
+    nodes: tuple[str, ...]  # every node run per chunk, in graph order (the split last)
+    rows: Mapping[str, Rows]  # each node's rows for a chunk of the split's
+    needs: Mapping[str, Mapping[str, Need]]  # what each node reads of each input
+    checks: tuple[str, ...]  # checks (``_assert_tensor_metadata``) of region values, dropped
+    largest: str  # the region's largest value made whole as exported
+    largest_bytes: int
+    symbolic: Any = None  # the split's rows as a sympy polynomial in the dims (None: static)
+
+    @property
+    def step(self) -> int | None:
+        """The largest count that divides the split's rows at every size of the dims (the
+        gcd of its polynomial's coefficients); None when the rows are static."""
+        if self.symbolic is None:
+            return None
+        poly = sympy.Poly(self.symbolic, *sorted(self.symbolic.free_symbols, key=str))
+        coefficients = poly.coeffs()
+        if not all(c.is_Integer for c in coefficients):
+            return 1
+        return math.gcd(*(int(c) for c in coefficients))
+
+    def fits(self, count: int, least_rows: int = 1) -> int:
+        """The most chunks up to ``count`` that leave at least ``least_rows`` rows each (at the
+        upper bounds)."""
+        return max(1, min(count, self.extent // least_rows))
+
+    def unrolls(self, count: int) -> bool:
+        """``count`` chunks are the same share of the rows at every size of the dims (the rows
+        are static, or ``count`` divides them at every size): the chunks can be unrolled.
+        Otherwise they run as a loop of chunks of a fixed number of rows (``loop.py``)."""
+        step = self.step
+        return step is None or step % count == 0
+
+
+
+# A value made outside a region as a region node reads it: its rows (``Rows``), all of it
+# (``WHOLE``), or a size made before the region (None).
+Read = Callable[[torch.fx.Node, "Need | None"], Any]
+
+
+def made_whole(build: Rebuild, node: torch.fx.Node) -> torch.fx.Node:
+    """The node of the new graph holding ``node``'s value, made outside every region: an item
+    of a tuple made whole that only a region read is taken from its tuple here."""
+    if node.name not in build.env:
+        build.env[node.name] = build.emit(
+            operator.getitem, (build.env[node.args[0].name], node.args[1]), like=node,
+            name=node.name)
+    return build.env[node.name]
+
+
+def _one(build: Rebuild, node: torch.fx.Node, rows: Rows, args: tuple[Any, ...],
+         kwargs: Mapping[str, Any], chunk: Span, tag: str) -> torch.fx.Node:
+    """One region node on one chunk: its inputs already cut to the chunk's rows."""
+    if node.target is aten.slice.Tensor and node.args[1] % len(shape(node)) == rows.dim:
+        return args[0]  # its input was cut to the slice's rows of the chunk
+    if node.target in _RESHAPES or node.target is aten.expand.default:
+        size = list(args[1])
+        start, stop = rows.span(chunk)
+        size[rows.dim] = build.size(stop - start)
+        args = (args[0], size, *args[2:])
+    return build.emit(node.target, args, kwargs, like=node, name=f"{node.name}{tag}")
+
+
+def emit_region(build: Rebuild, nodes: Mapping[str, torch.fx.Node], region: Region,
+                chunk: Span, tag: str, read: Read) -> torch.fx.Node:
+    """The split's rows ``chunk``: every region node emitted into ``build`` on its rows of the
+    chunk (named its original's name and ``tag``), a value made outside the region as ``read``
+    gives it."""
+    local: dict[str, torch.fx.Node] = {}
+    for name in region.nodes:
+        node, needs = nodes[name], region.needs[name]
+
+        def value(arg: torch.fx.Node, needs: Mapping[str, Need] = needs) -> Any:
+            return local[arg.name] if arg.name in local else read(arg, needs.get(arg.name))
+
+        source = node.args[0] if node.target is operator.getitem else None
+        if source is not None and source.name not in local:  # an item of a tuple made whole
+            local[name] = read(node, region.rows[name])
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
+        local[name] = _one(build, node, region.rows[name], args, kwargs, chunk, tag)
+    return local[region.split]

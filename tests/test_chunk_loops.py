@@ -1,0 +1,82 @@
+"""Chunks over a plain ``Dim`` as a loop (``rewrite/loop.py``; issue 47).
+
+The token dim of the programs users export is a plain ``Dim``: any size in its range, a
+multiple of nothing. Each region runs as one ``scan`` over chunks of a fixed number of rows, as
+many as the rows need, the last padded; the body is planned once. Checked at the range's
+smallest size, an odd size, one row below and above a chunk boundary and the largest, in
+tensorplan's runtime and in ExecuTorch's.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_chunks import S, Stack
+
+import tensorplan as tp
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SIZES = (2, 31, 33, 77, 2 * S)  # smallest, one below / above a chunk of 32, odd, largest
+
+
+def _model_and_program() -> tuple[torch.nn.Module, tp.Program]:
+    torch.manual_seed(0)
+    model = Stack(kv_heads=2).eval()
+    seq = torch.export.Dim("seq", min=2, max=2 * S)
+    tokens = torch.randint(0, 50, (1, 32))  # an example of one chunk: hints are moved
+    return model, tp.compile(model, (tokens,), dynamic_shapes=({1: seq},), chunks=4)
+
+
+def _eager(model: torch.nn.Module, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = torch.randint(0, 50, (1, rows))
+    with torch.no_grad():
+        return tokens, model(tokens)
+
+
+def test_an_example_of_one_chunk_still_chunks_every_size() -> None:
+    """The example (32 rows) runs the loop once and pads nothing: a trace reading sizes there
+    would make one chunk of every size; the hints are moved inside the range first."""
+    model, prog = _model_and_program()
+    assert prog.chunking.chosen.chunks == 4
+    stacked = [n.meta["val"][0].shape for n in prog.exported_program.graph.nodes
+               if n.target is torch.ops.higher_order.scan]
+    assert len(stacked) == 2  # a loop per layer, its count a size of the dim, chunks of 32
+    assert all(isinstance(shape[0], torch.SymInt) and 32 in shape[1:] for shape in stacked)
+    for rows in SIZES:
+        tokens, expected = _eager(model, rows)
+        torch.testing.assert_close(prog.run(tokens), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_loop_chunked_program_saves_and_loads(tmp_path) -> None:
+    model, prog = _model_and_program()
+    prog.save(tmp_path / "looped.tplan")
+    loaded = tp.load(tmp_path / "looped.tplan")
+    assert loaded.plan.arena_bytes == prog.plan.arena_bytes
+    tokens, expected = _eager(model, 45)
+    assert torch.equal(loaded.run(tokens), prog.run(tokens))
+    torch.testing.assert_close(loaded.run(tokens), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_loop_chunked_pte_equals_eager_at_every_size_with_as_many_instructions() -> None:
+    pytest.importorskip("executorch")
+    from executorch.runtime import Runtime
+
+    from tensorplan.integrations.executorch import lower
+
+    model, prog = _model_and_program()
+    plain = tp.compile(model, (torch.randint(0, 50, (1, 32)),),
+                       dynamic_shapes=({1: torch.export.Dim("seq", min=2, max=2 * S)},))
+    shipped, unchunked = lower(prog), lower(plain)
+
+    def instructions(lowered) -> int:
+        return sum(len(chain.instructions) for chain in
+                   lowered.manager.executorch_program.execution_plan[0].chains)
+
+    assert instructions(shipped) <= 1.5 * instructions(unchunked)
+    assert shipped.arena_bytes < unchunked.arena_bytes
+    method = Runtime.get().load_program(shipped.manager.buffer).load_method("forward")
+    for rows in SIZES:
+        tokens, expected = _eager(model, rows)
+        torch.testing.assert_close(method.execute([tokens])[0].clone(), expected,
+                                   rtol=1e-5, atol=1e-5)

@@ -1,0 +1,110 @@
+"""Chunks on the programs the export recipes make (issue 47 items 3 and 5), on tiny configs.
+
+ExecuTorch's Llama (``construct_transformer`` from its wheel, KV cache, ``Dim("token_dim",
+max=max_seq_len - 1)``, strict export as ``LLMEdgeManager`` does), transformers' static-cache
+decoder as optimum-executorch exports it, and BERT with a plain ``Dim``: each chunks as a loop,
+equal to eager at the range's smallest size, an odd size, one row below a chunk boundary and the
+largest; the Llama's decode step (one token after a prefill) too, and its ``.pte`` in
+ExecuTorch's runtime. Real sizes are in ``benchmarks/bench_chunks.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_capture import _static_cache_llm
+
+import tensorplan as tp
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CONTEXT = 128  # the Llama's max_seq_len and max_context_len
+
+
+def _llama() -> torch.nn.Module:
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    torch.manual_seed(0)
+    args = ModelArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=100,
+                     hidden_dim=128, max_seq_len=CONTEXT, max_context_len=CONTEXT,
+                     use_kv_cache=True, enable_dynamic_shape=True, max_batch_size=1)
+    return construct_transformer(args).eval()
+
+
+@pytest.fixture(scope="module")
+def llama() -> tp.Program:
+    pytest.importorskip("executorch")
+    shapes = ({1: torch.export.Dim("token_dim", max=CONTEXT - 1)}, {"input_pos": {0: 1}})
+    example = (torch.tensor([[2, 3, 4]]), {"input_pos": torch.tensor([0])})
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]), \
+            torch.no_grad():
+        program = torch.export.export(_llama(), example, dynamic_shapes=shapes, strict=True)
+    return tp.compile(program.run_decompositions({}), chunks=4)
+
+
+def _llama_eager(tokens: torch.Tensor, start: int = 0, prefill: torch.Tensor | None = None
+                 ) -> torch.Tensor:
+    model = _llama()  # a fresh cache
+    with torch.no_grad():
+        if prefill is not None:
+            model(prefill, {"input_pos": torch.tensor([0])})
+        return model(tokens, {"input_pos": torch.tensor([start])})
+
+
+def test_executorchs_llama_recipe_chunks_and_equals_eager_at_every_size(llama) -> None:
+    assert (llama.chunking.declined, llama.chunking.chosen.chunks) == ("", 4)
+    assert llama.plan.arena_bytes < 0.7 * llama.chunking.candidates[0].arena_bytes
+    for rows in (2, 31, 37, CONTEXT - 1):
+        tokens = torch.randint(0, 100, (1, rows))
+        got = llama.run(tokens, {"input_pos": torch.tensor([0])})
+        torch.testing.assert_close(got, _llama_eager(tokens), rtol=1e-5, atol=1e-5)
+
+
+def test_executorchs_llama_recipe_decodes_after_a_chunked_prefill(llama) -> None:
+    prompt, token = torch.randint(0, 100, (1, 45)), torch.tensor([[7]])
+    llama.run(prompt, {"input_pos": torch.tensor([0])})  # its cache: the program's buffers
+    got = llama.run(token, {"input_pos": torch.tensor([45])})
+    torch.testing.assert_close(got, _llama_eager(token, 45, prompt), rtol=1e-5, atol=1e-5)
+
+
+def test_executorchs_llama_recipe_pte_equals_eager_in_its_runtime(llama) -> None:
+    from executorch.runtime import Runtime
+
+    from tensorplan.integrations.executorch import to_executorch
+
+    method = Runtime.get().load_program(to_executorch(llama).buffer).load_method("forward")
+    for rows in (2, 37, CONTEXT - 1):
+        tokens = torch.randint(0, 100, (1, rows))
+        got = method.execute([tokens, torch.tensor([0])])[0]
+        torch.testing.assert_close(got, _llama_eager(tokens), rtol=1e-5, atol=1e-5)
+
+
+def test_transformers_static_cache_recipe_chunks_and_equals_eager() -> None:
+    pytest.importorskip("transformers")
+    seq = torch.export.Dim("seq_length_dim", max=63)
+    shapes = {"input_ids": {1: seq}, "cache_position": {0: seq}}
+    example = {"input_ids": torch.randint(0, 128, (1, 8)), "cache_position": torch.arange(8)}
+    prog = tp.compile(_static_cache_llm(), (), example, dynamic_shapes=shapes, chunks=4)
+    assert (prog.chunking.declined, prog.chunking.chosen.chunks) == ("", 4)
+    for length in (2, 15, 31, 63):  # chunks of 16 rows
+        inputs = {"input_ids": torch.randint(0, 128, (1, length)),
+                  "cache_position": torch.arange(length)}
+        with torch.no_grad():
+            expected = _static_cache_llm()(**inputs)
+        torch.testing.assert_close(prog.run(**inputs), expected)
+
+
+def test_bert_with_a_plain_dim_chunks_and_equals_eager() -> None:
+    pytest.importorskip("transformers")
+    example = tp.zoo.example("hf_bert_dynamic")
+    prog = tp.compile(example.model, example.args, dynamic_shapes=example.dynamic_shapes,
+                      chunks="auto")
+    assert prog.chunking.declined == "" and prog.chunking.chosen.chunks > 1
+    assert prog.plan.arena_bytes < prog.chunking.candidates[0].arena_bytes
+    for rows in (2, 15, 37, 64):
+        args = (torch.randint(0, 1000, (1, rows)), torch.ones(1, rows, dtype=torch.long))
+        with torch.no_grad():
+            expected = example.model(*args)
+        for got, want in zip(prog.run(*args), expected, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -123,6 +123,63 @@ def _moe(experts: str) -> Example:
     return Example(LogitsOnly(OlmoeForCausalLM(config)).eval(), (_tokens(256),))
 
 
+def _token_dim(name: str, largest: int, smallest: int | None = None) -> torch.export.Dim:
+    return torch.export.Dim(name, max=largest) if smallest is None else \
+        torch.export.Dim(name, min=smallest, max=largest)
+
+
+def _executorch_llama(context: int, dim: int = 576, heads: int = 9, kv_heads: int = 3,
+                      hidden: int = 1536) -> Example:
+    """ExecuTorch's own Llama (``construct_transformer``, SmolLM2-135M-shaped by default, 2
+    layers) with its KV cache of ``context`` positions, exported as ``LLMEdgeManager`` does:
+    the tokens' dim ``Dim("token_dim", max=context - 1)``, ``input_pos`` of one element; the
+    example is a prompt at the bound."""
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    args = ModelArgs(dim=dim, n_layers=2, n_heads=heads, n_kv_heads=kv_heads,
+                     vocab_size=VOCAB, hidden_dim=hidden, max_seq_len=context,
+                     max_context_len=context, use_kv_cache=True, enable_dynamic_shape=True,
+                     max_batch_size=1)
+    shapes = ({1: _token_dim("token_dim", context - 1)}, {"input_pos": {0: 1}})
+    return Example(construct_transformer(args).eval(),
+                   (_tokens(context - 1), {"input_pos": torch.tensor([0])}),
+                   dynamic_shapes=shapes)
+
+
+def _static_cache_llama(context: int, hidden: int = 576, heads: int = 9, kv_heads: int = 3,
+                        intermediate: int = 1536) -> Example:
+    """transformers' ``TorchExportableModuleForDecoderOnlyLM`` over a Llama with a static cache
+    of ``context`` positions, the prompt length a plain ``Dim`` on the ids and the cache
+    positions (optimum-executorch's causal-LM recipe; the zoo's ``StaticCacheStep`` wrapper
+    lets a non-strict export see the cache); the example is a prompt at the bound."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    from tensorplan.zoo.hf import StaticCacheStep
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=hidden, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, intermediate_size=intermediate,
+                         vocab_size=VOCAB, max_position_embeddings=context)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static",
+        cache_config={"batch_size": 1, "max_cache_len": context})
+    module = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=context)
+    seq = _token_dim("seq_length_dim", context - 1)
+    return Example(StaticCacheStep(module.model).eval(),
+                   (_tokens(context - 1), torch.arange(context - 1)),
+                   dynamic_shapes=({1: seq}, {0: seq}))
+
+
+def _plain(build: Callable[[], Example], smallest: int) -> Example:
+    """``build``'s example with its token dim (dim 1 of every input) a plain ``Dim`` from
+    ``smallest`` to its example's length."""
+    example = build()
+    seq = _token_dim("seq", example.args[0].shape[1], smallest)
+    return Example(example.model, example.args,
+                   dynamic_shapes=tuple({1: seq} for _ in example.args))
+
+
 MODELS: dict[str, Callable[[], Example]] = {
     "bert_base_512": lambda: _bert(2, 768, 12, 512),
     "bert_base_512_dynamic": lambda: _bert(2, 768, 12, 512, dynamic=True),
@@ -135,7 +192,16 @@ MODELS: dict[str, Callable[[], Example]] = {
     "moe_olmoe_256_grouped_mm": lambda: _moe("grouped_mm"),
     "fresh_bert_4x512_384": lambda: _bert(4, 512, 8, 384),
     "fresh_gpt2_16h_768": lambda: _gpt2(1024, 16, 768),
+    "recipe_executorch_llama_1024": lambda: _executorch_llama(1024),
+    "recipe_executorch_llama_2048": lambda: _executorch_llama(2048),
+    "recipe_static_cache_llama_1024": lambda: _static_cache_llama(1024),
+    "plain_gpt2_small_1024": lambda: _plain(lambda: _gpt2(768, 12, 1024), 2),
+    "plain_bert_base_512": lambda: _plain(lambda: _bert(2, 768, 12, 512), 8),
+    "fresh_recipe_executorch_llama_768": lambda: _executorch_llama(768, 512, 8, 2, 1408),
+    "fresh_plain_gpt2_16h_640": lambda: _plain(lambda: _gpt2(1024, 16, 640), 2),
 }
+RECIPES = tuple(name for name in MODELS if name.startswith(("recipe_", "plain_",
+                                                             "fresh_recipe_", "fresh_plain_")))
 TEXT = ("bert_base_512", "bert_base_512_dynamic", "gpt2_small_1024", "llama_smollm2_512",
         "t5_small_encoder_512", "whisper_tiny_encoder_1500")
 

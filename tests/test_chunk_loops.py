@@ -48,6 +48,19 @@ def test_an_example_of_one_chunk_still_chunks_every_size() -> None:
         torch.testing.assert_close(prog.run(tokens), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_the_symbolic_plan_lists_what_a_loop_holds_at_its_bound() -> None:
+    """The chunk count is ``ceil(seq / 32)``, no polynomial: the padded inputs and the
+    stacked results are held at their bound, each listed with its reason."""
+    _, prog = _model_and_program()
+    held = prog.plan.symbolic.held
+    assert any("_padded" in reason and "is not a polynomial in the dims" in reason
+               for reason in held.values())
+    assert all("is not a polynomial in the dims" in reason or "lives in subgraph" in reason
+               for reason in held.values())
+    assert prog.plan.arena_bytes_at(seq=2) < prog.plan.arena_bytes_at(seq=97) \
+        < prog.plan.arena_bytes == prog.plan.arena_bytes_at(seq=2 * S)
+
+
 def test_a_loop_chunked_program_saves_and_loads(tmp_path) -> None:
     model, prog = _model_and_program()
     prog.save(tmp_path / "looped.tplan")

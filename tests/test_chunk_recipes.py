@@ -16,7 +16,7 @@ from test_capture import _static_cache_llm
 
 import tensorplan as tp
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
 CONTEXT = 128  # the Llama's max_seq_len and max_context_len
 

@@ -87,7 +87,8 @@ def test_a_loop_chunked_pte_equals_eager_at_every_size_with_as_many_instructions
                    lowered.manager.executorch_program.execution_plan[0].chains)
 
     assert instructions(shipped) <= 1.5 * instructions(unchunked)
-    assert shipped.arena_bytes < unchunked.arena_bytes
+    # the loop body's inputs passed whole are its parent's values: no memory of their own
+    assert shipped.arena_bytes <= 1.05 * prog.plan.arena_bytes < unchunked.arena_bytes
     method = Runtime.get().load_program(shipped.manager.buffer).load_method("forward")
     for rows in SIZES:
         tokens, expected = _eager(model, rows)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorplan.errors import PlanError, TensorPlanError
 from tensorplan.integrations.executorch.banks import BankSetup, assign_mem_ids
+from tensorplan.integrations.executorch.vocabulary import bound_input_specs
 from tensorplan.plan.planners import Buffer, plan_buffers
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ def tensorplan_algo(
     slowest bank's; each ``mem_id`` is then planned on its own.
     """
     planning = _memory_planning_module()
-    specs = list(specs)
+    bound = bound_input_specs(graph_module)  # a loop body's inputs bound to its parent's values
+    specs = [spec for spec in specs if spec not in bound]
     for spec in specs:
         spec.realign(alignment)
     reserved = list(getattr(graph_module, "input_mem_buffer_sizes", None) or [])

@@ -52,6 +52,7 @@ from tensorplan.integrations.executorch.links import Link, LinkRules, apply_link
 from tensorplan.integrations.executorch.moves import Copy, plan_copies, undo_copies
 from tensorplan.integrations.executorch.order import apply_order, candidate_orders
 from tensorplan.integrations.executorch.reuse_check import verify_storage_reuse
+from tensorplan.integrations.executorch.vocabulary import mark_bound_inputs
 from tensorplan.plan.planners import Buffer, plan_buffers
 from tensorplan.plan.planners.problem import lower_bound
 from tensorplan.plan.validate import find_violations, plan_error
@@ -159,6 +160,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         graph (subgraphs first) and writes the specs' ``mem_id`` and offsets."""
         if self.options.banks is not None:
             self.options.banks.top = graph_module
+        mark_bound_inputs(graph_module)
         return apply_algo(
             self.memory_planning_algo, graph_module, self.alignment, graph_signature,
             self.alloc_graph_input, self.alloc_graph_output,

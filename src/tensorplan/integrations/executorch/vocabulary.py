@@ -52,3 +52,38 @@ def storage_base(spec: Any) -> Any:
     while getattr(spec, "storage_base", None) is not None:
         spec = spec.storage_base
     return spec
+
+
+BOUND_INPUTS = "tensorplan_bound_inputs"  # a loop body's meta key: ``mark_bound_inputs``
+
+
+def mark_bound_inputs(graph_module: torch.fx.GraphModule) -> None:
+    """Write on every ``scan`` / ``map`` body under ``graph_module`` (``meta[BOUND_INPUTS]``)
+    the names of its placeholders that ExecuTorch's emitter binds to the parent's values: the
+    carried values and the operands passed whole (only the slices of the scanned inputs are
+    written each iteration into the body's own tensors). ExecuTorch's planning gives a loop
+    body's inputs memory of their own (``alloc_graph_input=True``), unused for these."""
+    for module in graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if node.target is torch.ops.higher_order.scan:
+                carried, sliced = len(node.args[1]), len(node.args[2])
+                own = range(carried, carried + sliced)
+            elif node.target is torch.ops.higher_order.map_impl:
+                own = range(1)  # ExecuTorch's map takes one mapped input
+            else:
+                continue
+            body = getattr(module, node.args[0].target)
+            inputs = [n for n in body.graph.nodes if n.op == "placeholder"]
+            body.meta[BOUND_INPUTS] = frozenset(
+                p.name for i, p in enumerate(inputs) if i not in own)
+
+
+def bound_input_specs(graph_module: Any) -> set[Any]:
+    """The specs of the placeholders ``mark_bound_inputs`` marked on ``graph_module`` (none
+    for another graph): the planning leaves them without memory."""
+    bound = getattr(graph_module, "meta", {}).get(BOUND_INPUTS, frozenset())
+    return {spec for node in graph_module.graph.nodes
+            if node.op == "placeholder" and node.name in bound
+            for spec in specs_in(node.meta.get("spec"))} if bound else set()

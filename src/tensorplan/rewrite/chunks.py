@@ -629,7 +629,10 @@ def _chosen(program: ExportedProgram, chunks: str | int, counts: tuple[int, ...]
     if not kept:
         return program, _declined(base, _none_fit(), whole)
     found = kept
-    chunked = chunk_program(program, found, _counts(found, pick, auto))
+    try:
+        chunked = chunk_program(program, found, _counts(found, pick, auto))
+    except InputError as error:  # a loop that cannot cut one of its inputs
+        return program, _declined(base, str(error), whole)
     planned = Candidate(pick, estimates[pick], arena_of(chunked),
                         multiply_adds(chunked) / (multiply_adds(program) or 1))
     tried = (base, *(planned if n == pick else Candidate(n, estimates[n]) for n in counts))

@@ -68,16 +68,21 @@ def test_executorchs_llama_recipe_decodes_after_a_chunked_prefill(llama) -> None
     torch.testing.assert_close(got, _llama_eager(token, 45, prompt), rtol=1e-5, atol=1e-5)
 
 
-def test_executorchs_llama_recipe_pte_equals_eager_in_its_runtime(llama) -> None:
+def test_executorchs_llama_recipe_pte_prefills_and_decodes_equal_to_eager(llama) -> None:
     from executorch.runtime import Runtime
 
     from tensorplan.integrations.executorch import to_executorch
 
-    method = Runtime.get().load_program(to_executorch(llama).buffer).load_method("forward")
+    manager = to_executorch(llama)  # kept: the loaded program reads its buffer
+    method = Runtime.get().load_program(manager.buffer).load_method("forward")
     for rows in (2, 37, CONTEXT - 1):
         tokens = torch.randint(0, 100, (1, rows))
         got = method.execute([tokens, torch.tensor([0])])[0]
         torch.testing.assert_close(got, _llama_eager(tokens), rtol=1e-5, atol=1e-5)
+    prompt, token = torch.randint(0, 100, (1, 45)), torch.tensor([[7]])
+    method.execute([prompt, torch.tensor([0])])  # the cache: the method's mutable buffers
+    got = method.execute([token, torch.tensor([45])])[0]  # a decode step, one chunk padded
+    torch.testing.assert_close(got, _llama_eager(token, 45, prompt), rtol=1e-5, atol=1e-5)
 
 
 def test_transformers_static_cache_recipe_chunks_and_equals_eager() -> None:

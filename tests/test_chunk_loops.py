@@ -87,10 +87,25 @@ def test_a_loop_chunked_pte_equals_eager_at_every_size_with_as_many_instructions
                    lowered.manager.executorch_program.execution_plan[0].chains)
 
     assert instructions(shipped) <= 1.5 * instructions(unchunked)
-    # the loop body's inputs passed whole are its parent's values: no memory of their own
-    assert shipped.arena_bytes <= 1.05 * prog.plan.arena_bytes < unchunked.arena_bytes
+    # the loop body's inputs passed whole are its parent's values: no memory of their own;
+    # ExecuTorch reserves a loop body's arena for the whole method (not only where it runs)
+    assert shipped.arena_bytes <= 1.1 * prog.plan.arena_bytes < unchunked.arena_bytes
     method = Runtime.get().load_program(shipped.manager.buffer).load_method("forward")
     for rows in SIZES:
         tokens, expected = _eager(model, rows)
         torch.testing.assert_close(method.execute([tokens])[0].clone(), expected,
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_a_loop_writes_its_stacked_result_over_the_rows_it_reads() -> None:
+    """The first layer's loop is the last reader of its padded rows: its stacked result takes
+    their storage (each chunk's rows are read before its result is copied over them)."""
+    model, prog = _model_and_program()
+    over = [(r.value, r.overwrites) for r in prog.schedule.reuses
+            if r.value.endswith("_loop_scan[0]")]
+    assert over == [("add_209_loop_scan[0]", "add_209_loop_getitem_chunks")]
+    together = [s for s in prog.plan.storages.values() if set(over[0]) <= set(s.values)]
+    assert len(together) == 1
+    for rows in (2, 33, 2 * S):
+        tokens, expected = _eager(model, rows)
+        torch.testing.assert_close(prog.run(tokens), expected, rtol=1e-5, atol=1e-5)

@@ -47,12 +47,14 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 @functools.cache
 def _shipped(name: str) -> tuple[zoo.Example, Shipped, int]:
-    """A tiny zoo transformer (BERT chunked in four), shipped without folding; with
-    ExecuTorch's own default program's constant bytes."""
+    """A tiny zoo transformer (BERT chunked in four), shipped without folding; with the
+    constant bytes of ExecuTorch's own default program of the model (unchunked: ExecuTorch
+    1.5.1's emitter fails a static view of a loop's stacked output, which tensorplan's
+    planning pass settles)."""
     example = zoo.example(name)
     program = tp.compile(example.model, example.args, chunks=4 if name == "hf_bert" else None)
     with torch.no_grad():
-        theirs = to_edge(program.exported_program).to_executorch()
+        theirs = to_edge(tp.capture(example.model, example.args)).to_executorch()
     return example, lower(program, fold=False), _constant_bytes(theirs)
 
 
@@ -71,11 +73,12 @@ def test_a_shipped_transformer_has_no_addmm_and_equals_eager(name: str) -> None:
 
 
 def test_a_chunked_berts_chunks_share_one_weight_and_copy_no_transpose() -> None:
-    """The chunks of a linear layer read one transpose: every product becomes ``linear``
-    (13 unchunked, 8 of them in four chunks) and no weight is transposed at run time."""
+    """A loop's body takes a weight's transpose of the weight it is passed: every product
+    becomes ``linear`` (13: 8 of them in the bodies of the loops, emitted once each) and no
+    weight is transposed at run time."""
     _, shipped, _ = _shipped("hf_bert")
-    assert shipped.products == ProductRewrites(linears=5 + 8 * 4, stored_transposed=0, split=0)
-    assert _kernels(shipped.manager).count("aten::linear.out") == 37
+    assert shipped.products == ProductRewrites(linears=5 + 8, stored_transposed=0, split=0)
+    assert _kernels(shipped.manager).count("aten::linear.out") == 13
     kept = shipped.manager.exported_program()
     signature = kept.graph_signature
     constants = {*signature.inputs_to_parameters, *signature.inputs_to_buffers,

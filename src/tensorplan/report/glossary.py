@@ -39,8 +39,8 @@ GLOSSARY = {  # term (as the reports label it) -> what it means, in one line
     "sizes": "the sizes of the dynamic dims every figure is shown at",
     "patched": "the high-resolution first layers run patch by patch: the split value is made "
                "in a grid of tiles and concatenated, so the whole maps before it never exist",
-    "chunked": "each region (a layer's attention, its MLP) runs once per chunk of token rows, "
-               "its split value concatenated from the chunks",
+    "chunked": "each region (a layer's attention, its MLP) runs as a loop, once per chunk of "
+               "token rows, its split value stacked from the chunks",
     "split": "the value a patched prefix ends at: it is made tile by tile, the layers after "
              "it run on it whole",
     "grid": "patch rows x columns of the split value",

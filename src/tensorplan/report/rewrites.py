@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from tensorplan.analysis.liveness import scheduled_nodes
 from tensorplan.program import Program
 from tensorplan.report.text import bytes_text
-from tensorplan.rewrite.chunks import Region, made_for
+from tensorplan.rewrite.chunks import Region, loop_of
 
 LISTED_REGIONS = 4  # regions named in a chunking's note; the rest counted
 
@@ -60,20 +60,20 @@ def rewrite_notes(program: Program) -> list[Note]:
 
 def chunk_spans(program: Program) -> tuple[tuple[int, int], ...]:
     """The steps ``[start, end)`` of the program's schedule each chunked region runs over:
-    from its first chunk's first node that runs (not folded) to the ``cat`` that joins the
-    chunks, in the order of
-    ``chunking.regions`` (steps as the plan's lifetimes count them: placeholders first)."""
+    from the first node its loop made that runs (not folded: the rows cut and padded for it)
+    to the split, in the order of ``chunking.regions`` (steps as the plan's lifetimes count
+    them: placeholders first)."""
     if program.chunking is None or program.chunking.chosen.chunks == 1:
         return ()
     graph = program.exported_program.graph
     order = program.schedule.order if program.schedule else None
     step = {node.name: i for i, node in enumerate(scheduled_nodes(graph, order))}
-    region_of = {name: r.split for r in program.chunking.regions for name in r.nodes}
+    splits = {r.split for r in program.chunking.regions}
     folded = program.schedule.folded.computed if program.schedule else frozenset()
     first: dict[str, int] = {}
     for name, at in step.items():
-        split = None if name in folded else region_of.get(made_for(name) or "")
-        if split is not None:
+        split = None if name in folded else loop_of(name)
+        if split in splits:
             first[split] = min(first.get(split, at), at)
     return tuple((first[r.split], step[r.split] + 1) for r in program.chunking.regions
                  if r.split in first and r.split in step)

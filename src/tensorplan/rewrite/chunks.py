@@ -4,10 +4,11 @@ A transformer's peak is an intermediate that grows with the sequence and is made
 attention scores and their softmax (heads x S x S), the MLP's S x 4H, the logits. Each of
 their rows is a function of the same rows of a few values (the query rows, the residual
 stream's rows) and of values read whole (the keys and values, the weights). Running such a
-*region* once per chunk of rows, each chunk written into its slice of the region's output
-(the *split*: a ``cat`` of the chunks, made in place by the schedule), holds one chunk of the
-intermediates at a time. :func:`chunk_program` is a pure function from a program to a program:
-the chunked program is an ordinary ``ExportedProgram`` for every later stage.
+*region* once per chunk of rows, as a loop whose body is the region on one chunk
+(``loop.py``), each chunk written into its slice of the region's output (the *split*), holds
+one chunk of the intermediates at a time. :func:`chunk_program` is a pure function from a
+program to a program: the chunked program is an ordinary ``ExportedProgram`` for every later
+stage.
 
 Regions. :func:`regions` walks the graph from its end. A candidate split ``y`` along one of its
 dims has the region of every value whose rows that chunk needs (``rows.py``'s rules, applied
@@ -23,9 +24,9 @@ computes them whole (the softmax of a row is over all its keys; nothing splits a
 and no arithmetic is added: the multiply-adds of the chunked program equal the original's.
 
 Worked example: ``softmax(q @ k^T) @ v`` with ``q = x @ wq``, ``k = x @ wk``, ``v = x @ wv``
-(``x`` of 64 rows) in 4 chunks: ``k`` and ``v`` are computed once; for rows ``[16 i, 16 i + 16)``
-of ``x``, ``q`` (16 rows), the scores (16 x 64), their softmax and the output rows are computed,
-and the four output chunks are concatenated.
+(``x`` of 64 rows) in 4 chunks: ``k`` and ``v`` are computed once; a loop of four iterations
+computes, for rows ``[16 i, 16 i + 16)`` of ``x``, ``q`` (16 rows), the scores (16 x 64), their
+softmax and the output rows, and stacks the four output chunks.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from torch.utils._sympy.numbers import int_oo
 from tensorplan.errors import InputError
 from tensorplan.frontend.dim_names import dim_names, named
 from tensorplan.ops.control_flow import control_flow_op, graph_modules
-from tensorplan.rewrite.loop import Loop
+from tensorplan.rewrite.loop import LOOP_TAG, Loop
 from tensorplan.rewrite.parts import (
     Parted,
     constants,
@@ -58,7 +59,7 @@ from tensorplan.rewrite.parts import (
     tensor_bytes,
 )
 from tensorplan.rewrite.rebuild import Rebuild
-from tensorplan.rewrite.region import Region, Span, emit_region, made_whole
+from tensorplan.rewrite.region import Region
 from tensorplan.rewrite.rows import (
     WHOLE,
     Need,
@@ -256,97 +257,27 @@ def _reason(node: torch.fx.Node, reasons: Mapping[str, str], outputs: set[str],
     return "read by no region"
 
 
-def _tiles(region: Region, parts: int) -> list[Span]:
-    """The split's rows in ``parts`` chunks: as even as the rows allow when they are static,
-    else each ``1 / parts`` of the rows' polynomial (``parts`` divides it)."""
-    if region.symbolic is None:
-        bounds = [round(i * region.extent / parts) for i in range(parts + 1)]
-        return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
-    bounds = [sympy.expand(i * region.symbolic / parts) for i in range(parts + 1)]
-    return list(zip(bounds, bounds[1:], strict=False))
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Two sizes (ints, SymInts or sympy expressions) equal at every size of the dims."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    exprs = [x.node.expr if isinstance(x, torch.SymInt) else x for x in (a, b)]
-    return sympy.expand(exprs[0] - exprs[1]) == 0
-
-
-class _Chunks:
-    """The chunked program being built: each region emitted once per chunk of its split."""
-
-    def __init__(self, program: ExportedProgram) -> None:
-        self.build = Rebuild(program)
-        self.nodes = {n.name: n for n in program.graph.nodes}
-
-    def _cut(self, arg: torch.fx.Node, need: Need, chunk: Span, tag: str,
-             cuts: dict[tuple[str, int, int, int], torch.fx.Node]) -> torch.fx.Node:
-        """The rows of a value made whole that a region node reads for ``chunk``."""
-        value = made_whole(self.build, arg)
-        if need == WHOLE:
-            return value
-        start, stop = need.span(chunk)
-        if _same(start, 0) and _same(stop, value.meta["val"].shape[need.dim]):
-            return value
-        key = (arg.name, need.dim, start, stop)
-        if key not in cuts:
-            bounds = (self.build.size(start), self.build.size(stop))
-            cuts[key] = self.build.emit(aten.slice.Tensor, (value, need.dim, *bounds),
-                                        like=arg, name=f"{arg.name}_rows{tag}")
-        return cuts[key]
-
-    def region(self, region: Region, chunk: Span, tag: str) -> torch.fx.Node:
-        """The split's rows ``chunk``: every region node on its rows of the chunk."""
-        cuts: dict[tuple[str, int, int, int], torch.fx.Node] = {}
-
-        def read(arg: torch.fx.Node, need: Need | None) -> Any:
-            if need is None:  # a size (SymInt) made before the region
-                return self.build.env[arg.name]
-            return self._cut(arg, need, chunk, tag, cuts)
-
-        return emit_region(self.build, self.nodes, region, chunk, tag, read)
-
-    def emit(self, region: Region, count: int, split: torch.fx.Node) -> torch.fx.Node:
-        """The split made in ``count`` chunks: unrolled and concatenated, or a loop."""
-        if not region.unrolls(count):
-            rows = math.ceil(region.extent / count)
-            return Loop(self.build, self.nodes, region, rows).emit()
-        parts = [self.region(region, span, f"{CHUNK_TAG}{i}")
-                 for i, span in enumerate(_tiles(region, count))]
-        return self.build.emit(aten.cat.default, (parts, region.dim), like=split,
-                               name=split.name)
-
-
-CHUNK_TAG = "_chunk"  # a chunk's node is named its original's name, this, and the chunk's index
-
-
-def made_for(name: str) -> str | None:
-    """The node of the program as exported a chunked program's node ``name`` runs a chunk of
-    (``mm_3_chunk12`` -> ``mm_3``; the rows a chunk reads, ``x_rows_chunk0``, were made for
-    ``x_rows``), or None for a node that is not a chunk's."""
-    base, tag, index = name.rpartition(CHUNK_TAG)
-    return base if tag and base and index.isdigit() else None
+def loop_of(name: str) -> str | None:
+    """The split a chunked program's node ``name`` was made for by its region's loop
+    (``add_5_loop_scan`` -> ``add_5``), or None for a node no loop made."""
+    base, tag, _ = name.rpartition(f"{LOOP_TAG}_")
+    return base if tag and base else None
 
 
 @_at_bounds
 def chunk_program(program: ExportedProgram, found: Sequence[Region],
                   counts: Sequence[int]) -> ExportedProgram:
-    """The program with each region run once per chunk of its split's rows (``counts[i]``
-    chunks for ``found[i]``), each chunk's result written into its rows of the split; every
-    other node as it was. Built from the program's graph without a second trace
-    (``rebuild.py``): the values of the new nodes are computed on the program's fake tensors.
+    """The program with each region run as a loop (``loop.py``) over chunks of
+    ``ceil(rows / counts[i])`` rows of ``found[i]``'s split at the dims' upper bounds, as many
+    chunks as the rows need at each size, each chunk's result written into its rows of the
+    split; every other node as it was. The loop's body is the region on one chunk, planned
+    once. Built from the program's graph without a second trace (``rebuild.py``): the values
+    of the new nodes are computed on the program's fake tensors. Call it within ``sizes_at``
+    the dims' upper bounds.
 
-    Rows that ``count`` chunks divide at every size of the dims (static rows, or a multiple
-    such as ``8 * blocks``) are unrolled, the chunks as even as the rows allow and
-    concatenated; other dynamic rows (a plain ``Dim``) run as a loop (``loop.py``) of chunks of
-    ``ceil(rows / count)`` rows at the dims' upper bounds, as many as the rows need at each
-    size. Call it within ``sizes_at`` the dims' upper bounds.
-
-    Pure: ``program`` is not modified, but for its dims' hints with a loop (the sizes a trace
-    branches on, ``_generic_hints``). Raises ``InputError`` for a count below 1 or above a
-    region's rows.
+    Pure: ``program`` is not modified, but for its dims' hints (the sizes a trace branches
+    on, ``_generic_hints``). Raises ``InputError`` for a count below 1 or above a region's
+    rows, or for a value a loop cannot cut into chunks.
     """
     for region, count in zip(found, counts, strict=True):
         if not 1 <= count <= region.extent:
@@ -355,16 +286,21 @@ def chunk_program(program: ExportedProgram, found: Sequence[Region],
                              f"{region.extent}")
     chunked = {r.split: (r, n) for r, n in zip(found, counts, strict=True) if n > 1}
     inside = {name for r, _ in chunked.values() for name in (*r.nodes[:-1], *r.checks)}
-    chunks = _Chunks(program)
-    if any(not r.unrolls(n) for r, n in chunked.values()):
-        _generic_hints(program, chunks.build.fake_mode.shape_env)
+    build = Rebuild(program)
+    nodes = {n.name: n for n in program.graph.nodes}
+    if any(r.symbolic is not None for r, _ in chunked.values()):
+        _generic_hints(program, build.fake_mode.shape_env)
     for node in program.graph.nodes:
         if node.name in chunked:
             region, count = chunked[node.name]
-            chunks.build.env[node.name] = chunks.emit(region, count, node)
+            build.env[node.name] = Loop(build, nodes, region,
+                                        math.ceil(region.extent / count)).emit()
         elif node.name not in inside:
-            chunks.build.copy(node)
-    return chunks.build.program()
+            build.copy(node)
+    for node in reversed(build.graph.nodes):  # a weight's view each loop's body takes itself
+        if node.op == "call_function" and not node.users and is_view_value(node):
+            build.graph.erase_node(node)
+    return build.program()
 
 
 def _generic_hints(program: ExportedProgram, shape_env: Any) -> None:

@@ -1,11 +1,12 @@
 """A region run as a loop: chunks of a fixed number of rows over rows of any size.
 
-``chunks.py`` unrolls a region into one copy per chunk, which needs the chunks' bounds at
-every size of the dims: the rows must be a multiple of the count. A plain ``Dim`` (a prompt of
-any length in a range) is a multiple of nothing, and a thousand-node program unrolled sixteen
-times is sixteen thousand nodes to plan and ship. Here the region becomes one ``scan`` with no
-carry (ExecuTorch's emitter turns it into a loop of jump instructions): its body is the region
-on one chunk of ``rows`` rows, static, planned once and run ``ceil(S / rows)`` times.
+Unrolled, a region would need the chunks' bounds at every size of the dims (the rows a
+multiple of the count, which a plain ``Dim``, a prompt of any length in a range, is not), and
+a thousand-node program unrolled sixteen times is sixteen thousand nodes to plan and ship.
+Here the region becomes one ``scan`` with no carry (ExecuTorch's emitter turns it into a loop
+of jump instructions): its body is the region on one chunk of ``rows`` rows, static, planned
+once and run ``ceil(S / rows)`` times. The loop's stacked result may be written over a row
+input that dies there (``schedule/reuse.py``): the residual stream of a layer, chunk by chunk.
 
 Each value the region reads by rows is laid out as ``[chunks, ..., rows, ...]`` before the
 loop: cut to the rows the chunks read (an offset, a table longer than the rows), padded with
@@ -65,9 +66,14 @@ class Loop:
         return f"{self.region.split}{LOOP_TAG}_{what}"
 
     def _chunk_count(self) -> int | torch.fx.Node:
-        """``ceil(rows of the split / rows)``: an int, or a node of the sizes."""
+        """``ceil(rows of the split / rows)``: an int, or a node of the sizes (the polynomial
+        ``rows of the split / rows`` when ``rows`` divides it at every size, as for
+        ``64 * blocks`` in chunks of 16: no rows padded)."""
         if not self.extent.free_symbols:
             return math.ceil(int(self.extent) / self.rows)
+        exact = sympy.expand(self.extent / self.rows)
+        if all(c.is_Integer for c in sympy.Poly(exact, *exact.free_symbols).coeffs()):
+            return self.build.size(exact)
         made = self.build.arith(operator.add, self.build.size(self.extent), self.rows - 1)
         return self.build.arith(operator.floordiv, made, self.rows)
 
@@ -171,7 +177,11 @@ class Loop:
         sliced, passed = self._operands()
         xs = {key: self._stacked(made_whole(build, node), key[1], count)
               for key, node in sliced.items()}
-        extra = {name: made_whole(build, node) for name, node in passed.items()}
+        weights = {name: node for name, node in passed.items() if _weight_view(node)}
+        for view in weights.values():
+            passed.setdefault(view.args[0].name, view.args[0])
+        extra = {name: made_whole(build, node) for name, node in passed.items()
+                 if name not in weights}
         self._apart(xs, extra)
         body = Rebuild(build.source)
         inputs: dict[Any, torch.fx.Node] = {}
@@ -179,11 +189,14 @@ class Loop:
             inputs[key] = _placeholder(body, f"{key[0]}_rows", stacked.meta["val"].select(0, 0))
         for name, node in extra.items():
             inputs[name] = _placeholder(body, name, node.meta["val"])
+        for name, view in weights.items():
+            inputs[name] = body.emit(view.target, (inputs[view.args[0].name], *view.args[1:]),
+                                     view.kwargs, like=view, name=name)
 
         def read(arg: torch.fx.Node, need: Need | None) -> torch.fx.Node:
             return inputs[arg.name if need is None or need == WHOLE else (arg.name, need)]
 
-        made = emit_region(body, self.nodes, region, (0, self.rows), "", read)
+        made = emit_region(body, self.nodes, region, (0, self.rows), read)
         body.graph.output((made,))
         chunk = made.meta["val"]
         count_val = count.meta["val"] if isinstance(count, torch.fx.Node) else count
@@ -223,6 +236,15 @@ class Loop:
             return merged
         return build.emit(aten.slice.Tensor, (merged, dim, 0, build.size(self.extent)),
                           like=self.split, name=name)
+
+
+def _weight_view(node: torch.fx.Node) -> bool:
+    """A view of a program input (a weight's transpose, ``permute(w, [1, 0])``): the loop
+    passes the input and its body takes the view, so a product in the body reads the weight
+    itself (ExecuTorch's ``linear``, no transposed copy of the weight in the arena)."""
+    return node.op == "call_function" and is_view_value(node) and \
+        node.target is not operator.getitem and node.args[0].op == "placeholder" and \
+        not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values()))
 
 
 def _storage_root(node: torch.fx.Node) -> str:

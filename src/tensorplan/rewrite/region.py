@@ -1,21 +1,18 @@
 """A region of a program: the values made once per chunk of a split's rows, and how one chunk
 of it is emitted into a new graph.
 
-``chunks.py`` finds the regions (``rows.py``'s rules) and emits each once per chunk, unrolled;
-``loop.py`` emits a region once, as the body of a loop. Both emit a chunk with
-:func:`emit_region`, which reads every value made outside the region through a callback: the
-unrolled copies cut the rows from the value itself, the loop body reads its own inputs.
+``chunks.py`` finds the regions (``rows.py``'s rules); ``loop.py`` emits each once, as the
+body of a loop, with :func:`emit_region`, which reads every value made outside the region
+through a callback (the body's inputs).
 """
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import sympy
 import torch
 import torch.fx
 
@@ -30,7 +27,7 @@ Span = tuple[Any, Any]  # rows [start, stop): ints, or sympy polynomials in the 
 class Region:
     """The values made once per chunk of a split's rows."""
 
-    split: str  # the value made chunk by chunk and concatenated (the region's last node)
+    split: str  # the value made chunk by chunk by the loop (the region's last node)
     dim: int  # the split's dim the chunks divide
     extent: int  # the split's rows along it (at the dims' upper bounds)
     nodes: tuple[str, ...]  # every node run per chunk, in graph order (the split last)
@@ -41,30 +38,10 @@ class Region:
     largest_bytes: int
     symbolic: Any = None  # the split's rows as a sympy polynomial in the dims (None: static)
 
-    @property
-    def step(self) -> int | None:
-        """The largest count that divides the split's rows at every size of the dims (the
-        gcd of its polynomial's coefficients); None when the rows are static."""
-        if self.symbolic is None:
-            return None
-        poly = sympy.Poly(self.symbolic, *sorted(self.symbolic.free_symbols, key=str))
-        coefficients = poly.coeffs()
-        if not all(c.is_Integer for c in coefficients):
-            return 1
-        return math.gcd(*(int(c) for c in coefficients))
-
     def fits(self, count: int, least_rows: int = 1) -> int:
         """The most chunks up to ``count`` that leave at least ``least_rows`` rows each (at the
         upper bounds)."""
         return max(1, min(count, self.extent // least_rows))
-
-    def unrolls(self, count: int) -> bool:
-        """``count`` chunks are the same share of the rows at every size of the dims (the rows
-        are static, or ``count`` divides them at every size): the chunks can be unrolled.
-        Otherwise they run as a loop of chunks of a fixed number of rows (``loop.py``)."""
-        step = self.step
-        return step is None or step % count == 0
-
 
 
 # A value made outside a region as a region node reads it: its rows (``Rows``), all of it
@@ -83,7 +60,7 @@ def made_whole(build: Rebuild, node: torch.fx.Node) -> torch.fx.Node:
 
 
 def _one(build: Rebuild, node: torch.fx.Node, rows: Rows, args: tuple[Any, ...],
-         kwargs: Mapping[str, Any], chunk: Span, tag: str) -> torch.fx.Node:
+         kwargs: Mapping[str, Any], chunk: Span) -> torch.fx.Node:
     """One region node on one chunk: its inputs already cut to the chunk's rows."""
     if node.target is aten.slice.Tensor and node.args[1] % len(shape(node)) == rows.dim:
         return args[0]  # its input was cut to the slice's rows of the chunk
@@ -92,14 +69,13 @@ def _one(build: Rebuild, node: torch.fx.Node, rows: Rows, args: tuple[Any, ...],
         start, stop = rows.span(chunk)
         size[rows.dim] = build.size(stop - start)
         args = (args[0], size, *args[2:])
-    return build.emit(node.target, args, kwargs, like=node, name=f"{node.name}{tag}")
+    return build.emit(node.target, args, kwargs, like=node, name=node.name)
 
 
 def emit_region(build: Rebuild, nodes: Mapping[str, torch.fx.Node], region: Region,
-                chunk: Span, tag: str, read: Read) -> torch.fx.Node:
+                chunk: Span, read: Read) -> torch.fx.Node:
     """The split's rows ``chunk``: every region node emitted into ``build`` on its rows of the
-    chunk (named its original's name and ``tag``), a value made outside the region as ``read``
-    gives it."""
+    chunk (named as its original), a value made outside the region as ``read`` gives it."""
     local: dict[str, torch.fx.Node] = {}
     for name in region.nodes:
         node, needs = nodes[name], region.needs[name]
@@ -112,5 +88,5 @@ def emit_region(build: Rebuild, nodes: Mapping[str, torch.fx.Node], region: Regi
             local[name] = read(node, region.rows[name])
             continue
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
-        local[name] = _one(build, node, region.rows[name], args, kwargs, chunk, tag)
+        local[name] = _one(build, node, region.rows[name], args, kwargs, chunk)
     return local[region.split]

@@ -17,6 +17,11 @@ arguments when all of these hold (DESIGN rule 5: read from schemas and tags, no 
 - no other argument of the op reads that storage (``x + x.t()`` must not write over ``x``),
   and the output's own storage is a fresh activation that nothing else holds yet.
 
+A loop with nothing carried (``scan``, ``map``) is an op of this kind for the operands it
+slices: iteration ``i`` reads slice ``i`` before its result is copied into slice ``i`` of the
+stacked output, so the stacked output may take over a sliced operand under the same rules
+(``_loop_slices``): a chunked layer writes its output over its residual input, chunk by chunk.
+
 Chains (``x -> mul -> add -> tanh``) therefore live in one storage end to end. The result is a
 new ``AliasTable`` in which the reused storages hold several values whose lifetimes chain.
 
@@ -29,13 +34,14 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.fx
 from torch.export import ExportedProgram
 
 from tensorplan.analysis.alias import AliasTable, MergedStorages
-from tensorplan.ops.control_flow import graph_modules
+from tensorplan.ops.control_flow import control_flow_op, graph_modules
 from tensorplan.ops.schemas import inplace_variant, is_view
 from tensorplan.specs.layout import same_layout, size_expression
 from tensorplan.specs.spec import SpecTable, TensorSpec
@@ -92,6 +98,7 @@ class _Walk:
     storages: MergedStorages
     last_read: dict[int, int]  # storage -> last step any of its values is read
     dense: set[str]            # values that cover their storage densely from its start
+    module: torch.fx.GraphModule  # the graph walked
     prefix: str = ""           # the graph walked: "" at the top, "<submodule>/" inside
 
     def name(self, node: torch.fx.Node) -> str:
@@ -133,10 +140,9 @@ def _covers_storage(walk: _Walk, node: torch.fx.Node) -> bool:
     return walk.name(node) in walk.dense
 
 
-def _candidate(walk: _Walk, node: torch.fx.Node, step: int, position: int,
+def _candidate(walk: _Walk, node: torch.fx.Node, step: int, arg: Any,
                out: TensorSpec) -> int | None:
-    """The storage of argument ``position`` if the node's output may take it over."""
-    arg = node.args[position] if position < len(node.args) else None
+    """The storage of the argument ``arg`` if the node's output may take it over."""
     if not isinstance(arg, torch.fx.Node) or not _covers_storage(walk, arg):
         return None
     storage = walk.storages.of(walk.name(arg))
@@ -179,27 +185,56 @@ def reuse_storages(program: ExportedProgram, specs: SpecTable, alias: AliasTable
         by_name = {node.name: node for node in module.graph.nodes}
         nodes = [by_name[name] for name in schedule] if not prefix else list(module.graph.nodes)
         walk = _Walk(specs, storages, last_reads(nodes, storages.table(), prefix),
-                     _first_members(storages.table(), nodes, specs, prefix), prefix)
+                     _first_members(storages.table(), nodes, specs, prefix), module, prefix)
         reuses += _walk_graph(walk, nodes)
     return storages.table(), tuple(reuses)
+
+
+def _loop_slices(walk: _Walk, node: torch.fx.Node) -> list[Any]:
+    """The operands a loop's first stacked output may be written over: those it slices, when
+    it carries nothing and its body's result is a storage of the body's own. Each iteration
+    reads its slices before its result is copied into the same slice of the stacked output
+    (the runtime's ``_run_scan`` / ``_run_map``; ExecuTorch's emitter copies the slices into
+    the body's inputs first), so slice ``i`` of a dying operand may take that result."""
+    described = control_flow_op(node)
+    if described is None or node.meta.get("unbacked_bindings") or any(
+            o.carried and node.args[o.position] for o in described.operands):
+        return []
+    body = described.subgraph_nodes(node)[0]
+    result = next(n for n in getattr(walk.module, body.target).graph.nodes
+                  if n.op == "output").args[0][0]
+    owner = walk.storages.of(f"{walk.prefix}{body.target}/{result.name}")
+    kept = walk.storages.alias.storages[owner] if owner is not None else None
+    if kept is None or kept.kind != "activation" or \
+            kept.graph != f"{walk.prefix}{body.target}/":
+        return []
+    return [arg for o in described.operands if o.sliced for arg in node.args[o.position]]
+
+
+def _overwritable(walk: _Walk, node: torch.fx.Node) -> list[Any]:
+    """The arguments the node's first output may be written over, by its schema or, for a
+    loop, by how it runs (``_loop_slices``)."""
+    if isinstance(node.target, torch._ops.OpOverload) and not node.meta.get(
+            "unbacked_bindings"):
+        return [node.args[p] for p in overwritable_arguments(node.target)
+                if p < len(node.args)]
+    return _loop_slices(walk, node)
 
 
 def _walk_graph(walk: _Walk, nodes: Sequence[torch.fx.Node]) -> list[Reuse]:
     """The reuses of one graph's walk, made in ``walk.storages`` as they are found."""
     reuses = []
     for step, node in enumerate(nodes):
-        if not isinstance(node.target, torch._ops.OpOverload) or node.meta.get(
-                "unbacked_bindings"):
-            continue
-        output = _output(walk, node)
+        arguments = _overwritable(walk, node)
+        output = _output(walk, node) if arguments else None
         out_spec = walk.specs.spec_of(output[0]) if output else None
         if out_spec is None:
             continue
-        for position in overwritable_arguments(node.target):
-            storage = _candidate(walk, node, step, position, out_spec)
+        for arg in arguments:
+            storage = _candidate(walk, node, step, arg, out_spec)
             if storage is not None:
                 _take_over(walk, output, storage)
-                reuses.append(Reuse(output[0], walk.name(node.args[position]), storage))
+                reuses.append(Reuse(output[0], walk.name(arg), storage))
                 break
     return reuses
 

@@ -14,6 +14,8 @@ into a ``memory.alloc``'d ``out``):
   read by nothing after the ``cat``, and starts at an aligned offset of a contiguous slice
   (every dim before the ``cat`` dim has size 1, and the inputs before it have static sizes),
   is made directly in its slice of the output (``kernels.cat_in_slices``);
+- **a loop's result over its input**: a ``scan``'s stacked output on the bytes of an input it
+  slices that dies there (``_loop_link``: each slice is read before the same bytes are written);
 - **pad in its tail**: the whole storage of a ``constant_pad_nd.out``'s input (its value and
   the values made over it in place), read by nothing after the pad (a graph input only where
   inputs may be written over), is placed in the last bytes of the pad's output, where every
@@ -173,7 +175,8 @@ def find_links(graph: torch.fx.Graph, graph_signature: Any, rules: LinkRules) ->
                 links += _concat_links(node, index, groups, rules)
     linked = {id(link.spec) for link in links}
     for index, node in enumerate(nodes):
-        link = _in_place_link(node, index, groups, rules, linked)
+        link = _in_place_link(node, index, groups, rules, linked) or \
+            _loop_link(node, index, groups, rules, linked)
         if link is not None:
             linked.add(id(link.spec))
             links.append(link)
@@ -284,6 +287,33 @@ def _in_place_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules
                for other_name, other in tensors.items()):
             continue
         if _overwritable(arg, base_node, base, out, out_value, rules, reshape) \
+                and groups.dies_at(base, index):
+            return Link(out, base, 0, "in-place", node.name)
+    return None
+
+
+def _loop_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules: LinkRules,
+               linked: set[int]) -> Link | None:
+    """The link putting a ``scan``'s first stacked output over an input it slices that dies
+    there, or None. ExecuTorch's emitter copies each iteration's slices into the body's inputs
+    (``select_copy``) before the body runs and writes the body's result into its slice of the
+    stacked output (``et_copy_index``) after it, so slice ``i`` of the input is read before
+    the same bytes are written."""
+    if node.op != "call_function" or node.target is not torch.ops.higher_order.scan:
+        return None
+    carried, sliced = node.args[1], node.args[2]
+    specs, values = node.meta.get("spec"), node.meta.get("val")
+    if not isinstance(specs, (list, tuple)) or len(specs) <= len(carried):
+        return None
+    out, out_value = specs[len(carried)], values[len(carried)]
+    if out is None or out.storage_base is not None or id(out) in linked \
+            or id(out) not in rules.planned:
+        return None
+    for arg in sliced:
+        base_node = view_base(arg)
+        base = tensor_spec(base_node)
+        if _overwritable(arg, base_node, base, out, out_value, rules, reshape=False) \
+                and sum(groups.find(tensor_spec(a)) == groups.find(base) for a in sliced) == 1 \
                 and groups.dies_at(base, index):
             return Link(out, base, 0, "in-place", node.name)
     return None

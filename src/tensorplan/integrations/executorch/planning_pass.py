@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch.fx
+from executorch.exir import memory
 from executorch.exir.memory_planning import (
     Verifier,
     _alias_inplace_result_specs,
@@ -41,6 +42,8 @@ from executorch.exir.passes.memory_planning_pass import (
     _check_default_mem_ids,
     _insert_mutable_buffer_specs,
 )
+from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
+from executorch.exir.tensor import TensorSpec
 from torch.export.graph_signature import ExportGraphSignature
 from torch.utils import _pytree as pytree
 
@@ -141,6 +144,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             _check_default_mem_ids(graph_module)
             _insert_mutable_buffer_specs(self.state, graph_module, graph_signature)
         self._verify(graph_module, graph_signature, bufsizes)
+        _settle_loop_views(graph_module)
         prefix = sum(getattr(graph_module, "input_mem_buffer_sizes", None) or [])
         names = list(_STEP_NAMES) + [f"+ order {t.order} (links found again)"
                                      for t in trials[3:]]
@@ -402,6 +406,30 @@ class _Signature(ExportGraphSignature):
     @functools.cached_property
     def buffers_to_mutate(self) -> Mapping[str, str]:  # type: ignore[override]
         return ExportGraphSignature.buffers_to_mutate.fget(self)  # type: ignore[attr-defined]
+
+
+def _settle_loop_views(graph_module: torch.fx.GraphModule) -> None:
+    """Give each static view of a ``scan``'s stacked output a spec of its own at the same
+    bytes (the view's memory id and offset).
+
+    ExecuTorch's emitter marks a scan's stacked outputs dynamic-bound when it emits the loop
+    (its ``et_copy_index`` grows them), after which a static ``_ViewSpec`` of one fails the
+    guard that its dynamism equals its base's. The emitter elides a static, planned view: it
+    is the same tensor as a spec of its own with the view's memory id and offset."""
+    for module in graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        stacked = {id(spec) for node in module.graph.nodes
+                   if node.op == "call_function" and node.target is torch.ops.higher_order.scan
+                   for spec in node.meta["spec"][len(node.args[1]):]}
+        for node in module.graph.nodes:
+            spec = node.meta.get("spec")
+            if node.target is memory.view and isinstance(spec, _ViewSpec) and \
+                    id(spec._base) in stacked and spec.is_static_shape_tensor:
+                own = TensorSpec.from_tensor(node.meta["val"])
+                own.mem_id, own.mem_offset, own.lifetime = \
+                    spec.mem_id, spec.mem_offset, list(spec.lifetime)
+                node.meta["spec"] = own
 
 
 def _planned_specs(graph_module: torch.fx.GraphModule, graph_signature: Any,

@@ -160,16 +160,39 @@ def _linear_arguments(product: _Product, weight: torch.fx.Node) -> tuple:
 
 
 def fast_products(exported_program: Any, slow: frozenset[str] | None = None) -> ProductRewrites:
-    """Rewrite the edge program in place (see the module docstring); ``slow``: the product
-    kernels to move off (default: those measured slow on the installed runtime,
+    """Rewrite the edge program in place (see the module docstring), the bodies of its loops
+    included (rules 1 and 3: a body's constants are its parent's inputs); ``slow``: the
+    product kernels to move off (default: those measured slow on the installed runtime,
     ``kernels.slow_products``)."""
-    from executorch.exir.dialects._ops import ops as exir_ops
-
     slow = slow_products() if slow is None else slow
     graph = exported_program.graph
     products = [p for p in map(_product, list(graph.nodes)) if p is not None]
     folded: dict[torch.fx.Node, torch.Tensor] = {}
     stored = _stored_transposed(exported_program, products, slow, folded)
+    linears, split = _rewritten(graph, products, stored, slow)
+    for name, body in exported_program.graph_module.named_modules():
+        if name and isinstance(body, torch.fx.GraphModule):
+            made = _rewritten(body.graph, [p for p in map(_product, list(body.graph.nodes))
+                                           if p is not None], {}, slow)
+            if any(made):
+                body.graph.eliminate_dead_code()
+                body.recompile()
+            linears, split = linears + made[0], split + made[1]
+    if folded:
+        fold_table(exported_program, folded)
+    elif linears or split:
+        graph.eliminate_dead_code()
+        exported_program.graph_module.recompile()
+    return ProductRewrites(linears, len(stored), split)
+
+
+def _rewritten(graph: torch.fx.Graph, products: list[_Product],
+               stored: Mapping[torch.fx.Node, torch.fx.Node], slow: frozenset[str]
+               ) -> tuple[int, int]:
+    """Rules 1 to 3 on one graph's ``products``: the products made ``linear`` of a transposed
+    copy, and the ``addmm`` split into ``mm`` and ``add``."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
     linears = split = 0
     for node in [p.node for p in products]:
         product = _product(node)  # read now: an earlier rewrite may have replaced an argument
@@ -182,10 +205,4 @@ def fast_products(exported_program: Any, slow: frozenset[str] | None = None) -> 
         elif product.bias is not None and _KERNELS[_name(product.node)] in slow:
             _replace(graph, product, exir_ops.edge.aten.mm.default, (product.x, product.right))
             split += 1
-    if folded:
-        fold_table(exported_program, folded)
-    elif linears or split:
-        graph.eliminate_dead_code()
-        exported_program.graph_module.recompile()
-    return ProductRewrites(linears, len(stored), split)
-
+    return linears, split

@@ -88,8 +88,8 @@ def test_a_loop_chunked_pte_equals_eager_at_every_size_with_as_many_instructions
 
     assert instructions(shipped) <= 1.5 * instructions(unchunked)
     # the loop body's inputs passed whole are its parent's values: no memory of their own;
-    # ExecuTorch reserves a loop body's arena for the whole method (not only where it runs)
-    assert shipped.arena_bytes <= 1.1 * prog.plan.arena_bytes < unchunked.arena_bytes
+    # its arena is a region of its parent's where it runs (integrations/executorch/bodies.py)
+    assert shipped.arena_bytes <= 1.05 * prog.plan.arena_bytes < unchunked.arena_bytes
     method = Runtime.get().load_program(shipped.manager.buffer).load_method("forward")
     for rows in SIZES:
         tokens, expected = _eager(model, rows)

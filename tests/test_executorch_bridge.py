@@ -32,6 +32,7 @@ from tensorplan.integrations.executorch import (  # noqa: E402
     tensorplan_algo,
     tensorplan_memory_planning,
 )
+from tensorplan.integrations.executorch.bodies import OFFSET_KEY, placed_regions  # noqa: E402
 
 # model -> (ExecuTorch greedy arena, tensorplan bridge arena), bytes, measured with 1.5.1
 ARENAS = {
@@ -159,9 +160,14 @@ def test_cond_subgraphs_are_planned_and_run(sign: float) -> None:
     assert len(branches) == 2
     for branch in branches:
         Verifier(branch, False, True, True).verify_storage_reuse()
-    reserved = max(branch.meta["non_const_buffer_sizes"][1] for branch in branches)
-    top_offsets = [spec.mem_offset for spec in _planned_specs(top)]
-    assert reserved > 0 and min(top_offsets) >= reserved  # branches plan below the top level
+    # the branches' arenas: one region of the top level's (one branch runs), at the cond only
+    regions = placed_regions(top, 1)
+    assert len(regions) == 1 and all(b.meta[OFFSET_KEY] == regions[0][3] for b in branches)
+    for _, size, step, offset in regions:
+        for spec in _planned_specs(top):
+            if spec.lifetime[0] <= step <= spec.lifetime[1]:
+                assert spec.mem_offset + spec.allocated_memory <= offset or \
+                    offset + size <= spec.mem_offset
     assert _arena(bridge) <= _arena(greedy)
 
 

@@ -17,8 +17,9 @@ What it keeps from ExecuTorch's greedy, so the emitted program means the same th
 - specs without a ``mem_id`` go to arena 1; specs with one are planned in that arena on their own;
 - ``spec.realign(alignment)`` first, and every offset is a multiple of ``alignment``;
 - control flow: ExecuTorch plans each ``cond``/``while``/``map``/``scan`` subgraph first (with
-  this same algorithm) and reports their sizes as ``graph_module.input_mem_buffer_sizes``; that
-  prefix of each arena is reserved and the graph's own tensors are planned after it;
+  this same algorithm); each body's arena is then planned as a buffer of its parent's, live
+  where its node runs, and the body's specs moved there (``bodies.py``; with memory banks the
+  bodies keep ExecuTorch's reading, a prefix of each arena reserved for the whole graph);
 - a spec with a ``storage_base`` (an in-place result) sits inside its base at
   ``storage_base_offset`` and takes no space of its own;
 - ``extra_padding`` (XNNPACK's 64 bytes) is added to every arena that holds tensors;
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorplan.errors import PlanError, TensorPlanError
 from tensorplan.integrations.executorch.banks import BankSetup, assign_mem_ids
+from tensorplan.integrations.executorch.bodies import body_regions, place_bodies
 from tensorplan.integrations.executorch.vocabulary import bound_input_specs
 from tensorplan.plan.planners import Buffer, plan_buffers
 
@@ -94,11 +96,16 @@ def tensorplan_algo(
     for spec in specs:
         spec.realign(alignment)
     reserved = list(getattr(graph_module, "input_mem_buffer_sizes", None) or [])
+    regions = body_regions(graph_module, DEFAULT_MEM_ID) if banks is None else []
+    if regions:  # the bodies are regions of the arena where they run, not its prefix
+        reserved = []
     own = [spec for spec in specs if spec.storage_base is None]
     if banks is not None:
         _bank_mem_ids(banks, own, graph_module, reserved, alignment, extra_padding, algorithm,
                       time_limit)
-    slots, bufsizes = _plan_arenas(own, reserved, alignment, extra_padding, algorithm, time_limit)
+    slots, bufsizes, offsets = _plan_arenas(own, reserved, alignment, extra_padding, algorithm,
+                                            time_limit, [buffer for _, buffer in regions])
+    place_bodies(regions, offsets)
     for spec in specs:
         if spec.storage_base is not None:
             slots[spec] = _storage_backed_slot(spec, slots)
@@ -149,29 +156,35 @@ def _plan_arenas(
     extra_padding: int,
     algorithm: str,
     time_limit: float | None,
-) -> tuple[dict[TensorSpec, Slot], list[int]]:
-    """Plan each arena's specs after its reserved prefix; return slots and arena sizes.
+    regions: Sequence[Buffer] = (),
+) -> tuple[dict[TensorSpec, Slot], list[int], list[int]]:
+    """Plan each arena's specs after its reserved prefix, with ``regions`` (control-flow
+    bodies live where they run, ``bodies.py``) planned beside arena 1's specs; return slots,
+    arena sizes and the regions' offsets.
 
     An arena with tensors is ``prefix + peak + extra_padding`` bytes; one without keeps its
     reserved size; the list has entry 0 (constants, always 0 here) and at least arena 1.
     """
-    groups: dict[int, list[TensorSpec]] = {}
+    groups: dict[int, list[TensorSpec]] = {DEFAULT_MEM_ID: []} if regions else {}
     for spec in specs:
         groups.setdefault(_mem_id(spec), []).append(spec)
     bufsizes = [0] * max(2, len(reserved), max(groups, default=0) + 1)
     for mem_id in range(1, len(reserved)):
         bufsizes[mem_id] = reserved[mem_id]
     slots: dict[TensorSpec, Slot] = {}
+    offsets: list[int] = []
     for mem_id, group in groups.items():
         base = _round_up(reserved[mem_id] if mem_id < len(reserved) else 0, alignment)
-        buffers = [_to_buffer(spec) for spec in group]
+        extra = list(regions) if mem_id == DEFAULT_MEM_ID else []
+        buffers = [_to_buffer(spec) for spec in group] + extra
         placement = plan_buffers(
             buffers, algorithm=algorithm, alignment=alignment, time_limit=time_limit
         )
-        for spec, offset in zip(group, placement.offsets, strict=True):
+        for spec, offset in zip(group, placement.offsets, strict=False):
             slots[spec] = (mem_id, base + offset)
+        offsets += [base + offset for offset in placement.offsets[len(group):]]
         bufsizes[mem_id] = base + placement.peak + extra_padding
-    return slots, bufsizes
+    return slots, bufsizes, offsets
 
 
 def _mem_id(spec: TensorSpec) -> int:

@@ -49,8 +49,9 @@ from torch.utils import _pytree as pytree
 
 from tensorplan.errors import PlanError
 from tensorplan.integrations.executorch import kernels
-from tensorplan.integrations.executorch.algo import tensorplan_memory_planning
+from tensorplan.integrations.executorch.algo import DEFAULT_MEM_ID, tensorplan_memory_planning
 from tensorplan.integrations.executorch.banks import BankSetup, bank_arenas
+from tensorplan.integrations.executorch.bodies import placed_regions
 from tensorplan.integrations.executorch.links import Link, LinkRules, apply_links, find_links
 from tensorplan.integrations.executorch.moves import Copy, plan_copies, undo_copies
 from tensorplan.integrations.executorch.order import apply_order, candidate_orders
@@ -490,15 +491,21 @@ def _reset_lifetimes(graph_module: torch.fx.GraphModule) -> None:
 
 def _check_specs(specs: list[Any], alignment: int, bufsizes: list[int] | None,
                  graph_module: torch.fx.GraphModule) -> None:
-    """tensorplan's own check of one graph's written plan."""
+    """tensorplan's own check of one graph's written plan, its control-flow bodies placed as
+    regions of arena 1 (``bodies.py``) included."""
     roots = [s for s in specs if s.storage_base is None]
-    for mem_id in {s.mem_id for s in roots}:
+    regions = placed_regions(graph_module, DEFAULT_MEM_ID)
+    for mem_id in {s.mem_id for s in roots} | ({DEFAULT_MEM_ID} if regions else set()):
         group = [s for s in roots if s.mem_id == mem_id]
+        around = regions if mem_id == DEFAULT_MEM_ID else []
         violations = find_violations(
-            [s.allocated_memory for s in group], [s.lifetime[0] for s in group],
-            [s.lifetime[1] + 1 for s in group], [s.mem_offset for s in group], alignment,
+            [s.allocated_memory for s in group] + [size for _, size, _, _ in around],
+            [s.lifetime[0] for s in group] + [step for _, _, step, _ in around],
+            [s.lifetime[1] + 1 for s in group] + [step + 1 for _, _, step, _ in around],
+            [s.mem_offset for s in group] + [offset for *_, offset in around], alignment,
             None if bufsizes is None else bufsizes[mem_id],
-            names=[f"{s} (mem_id {mem_id})" for s in group])
+            names=[f"{s} (mem_id {mem_id})" for s in group] +
+                  [f"the body {name} (mem_id {mem_id})" for name, *_ in around])
         if violations:
             raise plan_error(violations, f"integrations.executorch ({graph_module._get_name()})")
     for spec in specs:

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -133,23 +131,6 @@ def _models() -> dict[str, Callable[[], Any]]:
             "BERT 512 wide, 384 tokens (fresh)": lambda: bench_chunks._bert(2, 512, 8, 384)}
 
 
-def _copied(outputs: Any) -> Any:
-    """Outputs copied out (a loaded method's outputs live in its memory)."""
-    return pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, outputs)
-
-
-def _interleaved(calls: dict[str, Callable[[], Any]], runs: int) -> dict[str, float]:
-    """Median ms of each call over ``runs`` rounds, one call of each per round (so a load on
-    the machine weighs on all alike), after the untimed first calls the caller made."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(runs):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return {name: statistics.median(values) for name, values in times.items()}
-
-
 def measure_model(build: Callable[[], Any], runs: int) -> dict[str, tuple[float, bool, int]]:
     """Program name -> (median ms, equal to eager, instructions; 0 for eager)."""
     import tensorplan as tp
@@ -169,8 +150,8 @@ def measure_model(build: Callable[[], Any], runs: int) -> dict[str, tuple[float,
              **{name: common.executorch_call(program, example.args, {})
                 for name, program in loaded.items()}}
     with torch.no_grad():
-        first = {name: _copied(call()) for name, call in calls.items()}
-        times = _interleaved(calls, runs)
+        first = {name: common.copied(call()) for name, call in calls.items()}
+        times = common.interleaved(calls, runs)
     expected = pytree.tree_leaves(first["eager"])
     found = {"eager": (times["eager"], True, 0)}
     for name, lowered in programs.items():

@@ -193,6 +193,23 @@ def medians(methods: dict[str, Callable[[], Any]], runs: int) -> dict[str, float
     return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
+def copied(outputs: Any) -> Any:
+    """Outputs copied out (a loaded method's outputs live in its memory)."""
+    return pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, outputs)
+
+
+def interleaved(calls: dict[str, Callable[[], Any]], runs: int) -> dict[str, float]:
+    """Median ms of each call over ``runs`` rounds, one call of each per round (so a load on
+    the machine weighs on all alike), after the untimed first calls the caller made."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(runs):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def ratio(numerator: float | None, denominator: float | None) -> str:
     """``numerator / denominator`` as ``0.67x``, or ``n/a`` when either is missing or 0."""
     return f"{numerator / denominator:.2f}x" if numerator is not None and denominator else "n/a"

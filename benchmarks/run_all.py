@@ -37,6 +37,7 @@ SECTIONS = (
      "bench_products.py"),
     ("CNNs patch by patch: the high-resolution peak", "bench_patches.py"),
     ("Transformers chunk by chunk: the token-row peak", "bench_chunks.py"),
+    ("LLM exports chunked: prefill and decode, in both runtimes", "bench_decode.py"),
     ("Memory banks: the bank choice vs ExecuTorch's banked_greedy", "bench_banks.py"),
     ("Dynamic dims: the symbolic plan at the sizes a run has", "bench_symbolic.py"),
     ("Real size: a 30-layer 135M model's static-cache decode step", "bench_real_size.py"),

@@ -1,12 +1,18 @@
-"""A region run as a loop: chunks of a fixed number of rows over rows of any size.
+"""A region run as a loop: chunks of rows over rows of any size, the body planned once.
 
 Unrolled, a region would need the chunks' bounds at every size of the dims (the rows a
 multiple of the count, which a plain ``Dim``, a prompt of any length in a range, is not), and
 a thousand-node program unrolled sixteen times is sixteen thousand nodes to plan and ship.
 Here the region becomes one ``scan`` with no carry (ExecuTorch's emitter turns it into a loop
-of jump instructions): its body is the region on one chunk of ``rows`` rows, static, planned
-once and run ``ceil(S / rows)`` times. The loop's stacked result may be written over a row
-input that dies there (``schedule/reuse.py``): the residual stream of a layer, chunk by chunk.
+of jump instructions): its body is the region on one chunk, planned once (at its most rows)
+and run as many times as the rows need. Over ``S`` rows of a plain ``Dim`` (any size up to
+``S_max``), a region of ``n`` chunks at the bound runs ``ceil(S / c)`` chunks of ``c = ceil(S /
+n)`` rows: at most ``n`` chunks of at most ``ceil(S_max / n)`` rows, and a decode step's one row
+is one chunk of one row (a fixed chunk of ``S_max / n`` rows would be 31 rows of padding and
+31 times the arithmetic). Static rows, and rows that ``n`` divides at every size (``64 *
+blocks`` in chunks of 16), are chunks of a fixed size, padded nowhere. The loop's stacked
+result may be written over a row input that dies there (``schedule/reuse.py``): the residual
+stream of a layer, chunk by chunk.
 
 Each value the region reads by rows is laid out as ``[chunks, ..., rows, ...]`` before the
 loop: cut to the rows the chunks read (an offset, a table longer than the rows), padded with
@@ -16,11 +22,12 @@ to every iteration. The loop stacks the chunks' results; viewed back as the spli
 its rows, they are the split. Exact: the rows of a region are computed from the same rows of
 its inputs alone (``rows.py``), so a padded row only makes a result row that is cut away.
 
-Worked example: ``softmax(q @ k^T) @ v`` with ``q = x @ wq`` over ``x`` of ``S`` rows (2 to 100)
-in chunks of 32: ``x`` is padded to ``32 * ceil(S / 32)`` rows and viewed ``[ceil(S / 32), 32,
-D]``; the body makes ``q`` (32 rows), the scores (32 x S), their softmax and the 32 output
-rows; the stacked ``[ceil(S / 32), 32, D]`` is viewed as ``32 * ceil(S / 32)`` rows and cut to
-``S``.
+Worked example: ``softmax(q @ k^T) @ v`` with ``q = x @ wq`` over ``x`` of ``S`` rows (2 to 128)
+in 4 chunks: ``c = ceil(S / 4)``; ``x`` is padded to ``c * ceil(S / c)`` rows and viewed
+``[ceil(S / c), c, D]``; the body makes ``q`` (``c`` rows), the scores (``c x S``), their
+softmax and the ``c`` output rows; the stacked ``[ceil(S / c), c, D]`` is viewed as ``c *
+ceil(S / c)`` rows and cut to ``S``. At ``S = 33``: 4 chunks of 9 rows, 3 of them padding; at
+``S = 1``: one chunk of one row.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from tensorplan.errors import InputError
 from tensorplan.rewrite.parts import is_view_value
 from tensorplan.rewrite.rebuild import Rebuild
 from tensorplan.rewrite.region import Region, emit_region, made_whole
-from tensorplan.rewrite.rows import WHOLE, Need, Rows, current_point
+from tensorplan.rewrite.rows import WHOLE, Need, Rows
 
 aten = torch.ops.aten
 LOOP_TAG = "_loop"  # the loop's nodes are named the split's name and this
@@ -48,12 +55,9 @@ def _expr(size: Any) -> Any:
     return sympy.Integer(size) if isinstance(size, int) else sympy.expand(size.node.expr)
 
 
-def _upper(expr: Any, bounds: Mapping[Any, int]) -> int:
-    return int(sympy.sympify(expr).xreplace(bounds))
-
-
 class Loop:
-    """One region emitted into ``build`` as a ``scan`` over chunks of ``rows`` rows."""
+    """One region emitted into ``build`` as a ``scan`` over chunks of at most ``rows``
+    rows."""
 
     def __init__(self, build: Rebuild, nodes: Mapping[str, torch.fx.Node], region: Region,
                  rows: int) -> None:
@@ -61,21 +65,28 @@ class Loop:
         self.split = nodes[region.split]
         extent = region.symbolic if region.symbolic is not None else region.extent
         self.extent = sympy.sympify(extent)  # the split's rows (a polynomial in the dims)
+        self.most = math.ceil(region.extent / rows)  # the chunks at the dims' upper bounds
 
     def _name(self, what: str) -> str:
         return f"{self.region.split}{LOOP_TAG}_{what}"
 
-    def _chunk_count(self) -> int | torch.fx.Node:
-        """``ceil(rows of the split / rows)``: an int, or a node of the sizes (the polynomial
-        ``rows of the split / rows`` when ``rows`` divides it at every size, as for
-        ``64 * blocks`` in chunks of 16: no rows padded)."""
+    def _chunking(self) -> tuple[Any, Any]:
+        """The chunk count and the rows of a chunk: ints for static rows; the polynomial
+        ``rows of the split / rows`` chunks of ``rows`` when ``rows`` divides it at every size
+        (``64 * blocks`` in chunks of 16: no rows padded); else, over ``S`` rows, chunks of
+        ``ceil(S / count)`` rows (``count`` the chunks at the bound, so at most ``rows``), as
+        many as ``S`` needs, the last padded: a decode step's one row is one chunk of one
+        row, not a chunk of ``rows`` padded."""
         if not self.extent.free_symbols:
-            return math.ceil(int(self.extent) / self.rows)
+            return math.ceil(int(self.extent) / self.rows), self.rows
         exact = sympy.expand(self.extent / self.rows)
         if all(c.is_Integer for c in sympy.Poly(exact, *exact.free_symbols).coeffs()):
-            return self.build.size(exact)
-        made = self.build.arith(operator.add, self.build.size(self.extent), self.rows - 1)
-        return self.build.arith(operator.floordiv, made, self.rows)
+            return self.build.size(exact), self.rows
+        build, total = self.build, self.build.size(self.extent)
+        rows = build.arith(operator.floordiv, build.arith(operator.add, total, self.most - 1),
+                           self.most)
+        made = build.arith(operator.sub, build.arith(operator.add, total, rows), 1)
+        return build.arith(operator.floordiv, made, rows), rows
 
     def _size(self, size: Any) -> int | torch.fx.Node:
         return self.build.size(_expr(size))
@@ -101,11 +112,11 @@ class Loop:
                     passed.setdefault(arg.name, arg)
         return sliced, passed
 
-    def _stacked(self, value: torch.fx.Node, need: Rows, count: Any) -> torch.fx.Node:
+    def _stacked(self, value: torch.fx.Node, need: Rows, count: Any, rows: Any) -> torch.fx.Node:
         """``value``'s rows the chunks read, ``[count, ..., need.scale * rows, ...]``: cut,
         padded with zeros and viewed with the chunk index first."""
         build, val, dim = self.build, value.meta["val"], need.dim
-        per = need.scale * self.rows
+        per = build.arith(operator.mul, rows, need.scale)
         total = build.arith(operator.mul, count, per)
         total_expr = _expr(total.meta["val"]) if isinstance(total, torch.fx.Node) else \
             sympy.Integer(total)
@@ -113,7 +124,7 @@ class Loop:
         part, tag = value, value.name
         if sympy.expand(available - total_expr) == 0:
             pass
-        elif not available.free_symbols and _upper(total_expr, current_point()) <= int(available):
+        elif not available.free_symbols and self.most * need.scale * self.rows <= int(available):
             part = build.emit(aten.slice.Tensor, (part, dim, need.offset,
                                                   build.arith(operator.add, total, need.offset)),
                               like=value, name=self._name(f"{tag}_rows"))
@@ -173,9 +184,9 @@ class Loop:
     def emit(self) -> torch.fx.Node:
         """The split, made by the loop."""
         build, region = self.build, self.region
-        count = self._chunk_count()
+        count, rows = self._chunking()
         sliced, passed = self._operands()
-        xs = {key: self._stacked(made_whole(build, node), key[1], count)
+        xs = {key: self._stacked(made_whole(build, node), key[1], count, rows)
               for key, node in sliced.items()}
         weights = {name: node for name, node in passed.items() if _weight_view(node)}
         for view in weights.values():
@@ -189,6 +200,12 @@ class Loop:
             inputs[key] = _placeholder(body, f"{key[0]}_rows", stacked.meta["val"].select(0, 0))
         for name, node in extra.items():
             inputs[name] = _placeholder(body, name, node.meta["val"])
+        chunk_rows: Any = rows
+        if isinstance(rows, torch.fx.Node):  # the chunk's rows, a size of the body's own
+            extra[rows.name] = rows
+            made_rows = _placeholder(body, "chunk_rows", rows.meta["val"])
+            chunk_rows = _expr(rows.meta["val"])
+            body.known_size(chunk_rows, made_rows)
         for name, view in weights.items():
             inputs[name] = body.emit(view.target, (inputs[view.args[0].name], *view.args[1:]),
                                      view.kwargs, like=view, name=name)
@@ -196,7 +213,7 @@ class Loop:
         def read(arg: torch.fx.Node, need: Need | None) -> torch.fx.Node:
             return inputs[arg.name if need is None or need == WHOLE else (arg.name, need)]
 
-        made = emit_region(body, self.nodes, region, (0, self.rows), read)
+        made = emit_region(body, self.nodes, region, (0, chunk_rows), read)
         body.graph.output((made,))
         chunk = made.meta["val"]
         count_val = count.meta["val"] if isinstance(count, torch.fx.Node) else count
@@ -212,16 +229,16 @@ class Loop:
         loop.meta["val"] = (stacked_val,)
         stacked = build.emit(operator.getitem, (loop, 0), like=self.split,
                              name=self._name("stacked"))
-        return self._unstacked(stacked, count)
+        return self._unstacked(stacked, count, rows)
 
-    def _unstacked(self, stacked: torch.fx.Node, count: Any) -> torch.fx.Node:
+    def _unstacked(self, stacked: torch.fx.Node, count: Any, rows: Any) -> torch.fx.Node:
         """The loop's ``[count, ..., rows, ...]`` as the split: the chunk index merged back
         into the rows, cut to the split's rows."""
         build, dim, name = self.build, self.region.dim, self.region.split
         val = self.split.meta["val"]
         sizes = [self._size(s) for s in val.shape]
         before, after = sizes[:dim], sizes[dim + 1:]
-        total = build.arith(operator.mul, count, self.rows)
+        total = build.arith(operator.mul, count, rows)
         padded = not (isinstance(total, int) and total == int(self.extent))
         if not all(s == 1 for s in before):
             order = [*range(1, dim + 1), 0, *range(dim + 1, val.dim() + 1)]

@@ -86,6 +86,12 @@ class Rebuild:
             self._sizes[expr] = made
         return self._sizes[expr]
 
+    def known_size(self, expr: Any, node: torch.fx.Node) -> None:
+        """Make ``expr`` (a size no polynomial in the dims, such as a loop body's chunk rows
+        ``ceil(S / n)``) from ``node``, an input of this graph holding it: ``size`` of any
+        polynomial in ``expr`` and the dims then reads it."""
+        self._sizes[sympy.expand(sympy.sympify(expr))] = node
+
     def arith(self, op: Callable[[Any, Any], Any], a: Any, b: Any) -> Any:
         """``op(a, b)`` of two sizes (ints or nodes): an int when both are, else a node."""
         if isinstance(a, int) and isinstance(b, int):

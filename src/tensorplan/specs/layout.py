@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+import sympy
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.utils._sympy.functions import Max
 
 
 def traced_dim_order(value: torch.Tensor) -> tuple[int, ...]:
@@ -80,10 +82,27 @@ def view_strides(value: torch.Tensor, dim_order: Sequence[int]) -> tuple | None:
     for dim in reversed(dim_order):
         dense[dim] = step
         step = step * torch.sym_max(sizes[dim], 1)  # as torch computes dense strides
-    differs = any(size_expression(sizes[d]) != 1
-                  and size_expression(strides[d]) != size_expression(dense[d])
+    env = _shape_env_of(value)
+
+    def same(a: object, b: object) -> bool:
+        return _unit_max_dropped(size_expression(a), env) == \
+            _unit_max_dropped(size_expression(b), env)
+
+    differs = any(size_expression(sizes[d]) != 1 and not same(strides[d], dense[d])
                   for d in range(len(sizes)))
     return strides if differs else None
+
+
+def _unit_max_dropped(expr: object, shape_env: object) -> object:
+    """``expr`` with each ``Max(1, e)`` written ``e`` where ``e`` is at least 1 in its range:
+    torch writes a dense stride over a size ``Max(1, size)`` or not, and sympy cannot drop the
+    ``Max`` of a size it knows nothing of (a chunk's ``ceil(S / n)`` rows)."""
+    if not isinstance(expr, sympy.Basic) or shape_env is None:
+        return expr
+    return expr.replace(
+        lambda e: isinstance(e, (sympy.Max, Max)) and len(e.args) == 2 and 1 in e.args and
+        shape_env.bound_sympy(next(a for a in e.args if a != 1)).lower >= 1,
+        lambda e: next(a for a in e.args if a != 1))
 
 
 def size_expression(size: object) -> object:

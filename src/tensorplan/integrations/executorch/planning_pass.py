@@ -43,7 +43,7 @@ from executorch.exir.passes.memory_planning_pass import (
     _insert_mutable_buffer_specs,
 )
 from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
-from executorch.exir.tensor import TensorSpec
+from executorch.exir.tensor import TensorSpec, contiguous_stride_from_shape
 from torch.export.graph_signature import ExportGraphSignature
 from torch.utils import _pytree as pytree
 
@@ -60,6 +60,7 @@ from tensorplan.integrations.executorch.vocabulary import mark_bound_inputs
 from tensorplan.plan.planners import Buffer, plan_buffers
 from tensorplan.plan.planners.problem import lower_bound
 from tensorplan.plan.validate import find_violations, plan_error
+from tensorplan.specs.bounds import upper_bound
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             graph_signature = _Signature(graph_signature.input_specs,
                                          graph_signature.output_specs)
         self._set_alloc_node_spec(graph_module)
+        _tight_shapes(graph_module)
         _output_specs_of_its_values(graph_module)
         original = _storage_bases(graph_module)
         trials = self._trials(graph_module, graph_signature, original)
@@ -407,6 +409,33 @@ class _Signature(ExportGraphSignature):
     @functools.cached_property
     def buffers_to_mutate(self) -> Mapping[str, str]:  # type: ignore[override]
         return ExportGraphSignature.buffers_to_mutate.fget(self)  # type: ignore[attr-defined]
+
+
+def _tight_shapes(graph_module: torch.fx.GraphModule) -> None:
+    """Give each dynamic spec the upper bounds tensorplan's plan has (``specs/bounds.py``)
+    where they are tighter than ExecuTorch's: it bounds each size by range arithmetic, which
+    reads a loop's ``ceil(S / ceil(S / n))`` chunks as up to ``S`` of them."""
+    for module in graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            specs, values = node.meta.get("spec"), node.meta.get("val")
+            pairs = zip(specs, values, strict=False) if isinstance(specs, (list, tuple)) and \
+                isinstance(values, (list, tuple)) else [(specs, values)]
+            for spec, value in pairs:
+                if isinstance(spec, TensorSpec) and isinstance(value, torch.Tensor) and \
+                        len(spec.shape) == value.dim() and spec.is_dynamic_shape_tensor:
+                    _tighten(spec, value, node.name)
+
+
+def _tighten(spec: TensorSpec, value: torch.Tensor, name: str) -> None:
+    shape = [min(int(given), upper_bound(size, name)) if isinstance(size, torch.SymInt)
+             else int(given) for given, size in zip(spec.shape, value.shape, strict=True)]
+    if shape != list(spec.shape):
+        contiguous = list(spec.dim_order) == list(range(len(shape)))
+        spec.shape = shape
+        if contiguous:
+            spec.stride = contiguous_stride_from_shape(torch.Size(shape))
 
 
 def _settle_loop_views(graph_module: torch.fx.GraphModule) -> None:

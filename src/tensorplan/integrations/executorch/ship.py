@@ -39,6 +39,7 @@ from tensorplan.integrations.executorch.fold import (
     frontier,
 )
 from tensorplan.integrations.executorch.identities import identity_copies_removed
+from tensorplan.integrations.executorch.loops import with_stacked_outputs_sized
 from tensorplan.integrations.executorch.rewrite import NONE, ProductRewrites, fast_products
 
 
@@ -317,9 +318,10 @@ def _lowered(name: str, edge: Any, config: Any, options: Any, folds: Mapping[str
     with torch.no_grad():
         for method, names in folds.items():
             apply_folds(candidate.exported_program(method), names)
-        manager = candidate.to_executorch(dataclasses.replace(
+        lowering = dataclasses.replace(
             config, do_quant_fusion_and_const_prop=const_prop, memory_planning_pass=passes,
-            run_reinplace_pass=config.run_reinplace_pass or options.reuse))
+            run_reinplace_pass=config.run_reinplace_pass or options.reuse)
+        manager = with_stacked_outputs_sized(candidate.to_executorch(lowering), lowering)
     choice = FoldChoice(name, _arena_bytes(manager), _constant_bytes(manager))
     return choice, manager, _method_plans(passes, edge), passes
 

@@ -270,10 +270,10 @@ def chunk_program(program: ExportedProgram, found: Sequence[Region],
     """The program with each region run as a loop (``loop.py``) over at most ``counts[i]``
     chunks of at most ``ceil(rows / counts[i])`` rows of ``found[i]``'s split (its rows at the
     dims' upper bounds), as many chunks as the rows need at each size, each chunk's result
-    written into its rows of the split; every other node as it was. The loop's body is the region on one chunk, planned
-    once. Built from the program's graph without a second trace (``rebuild.py``): the values
-    of the new nodes are computed on the program's fake tensors. Call it within ``sizes_at``
-    the dims' upper bounds.
+    written into its rows of the split; every other node as it was. The loop's body is the
+    region on one chunk, planned once. Built from the program's graph without a second trace
+    (``rebuild.py``): the values of the new nodes are computed on the program's fake tensors.
+    Call it within ``sizes_at`` the dims' upper bounds.
 
     Pure: ``program`` is not modified, but for its dims' hints (the sizes a trace branches
     on, ``_generic_hints``). Raises ``InputError`` for a count below 1 or above a region's

@@ -8,11 +8,11 @@ of jump instructions): its body is the region on one chunk, planned once (at its
 and run as many times as the rows need. Over ``S`` rows of a plain ``Dim`` (any size up to
 ``S_max``), a region of ``n`` chunks at the bound runs ``ceil(S / c)`` chunks of ``c = ceil(S /
 n)`` rows: at most ``n`` chunks of at most ``ceil(S_max / n)`` rows, and a decode step's one row
-is one chunk of one row (a fixed chunk of ``S_max / n`` rows would be 31 rows of padding and
-31 times the arithmetic). Static rows, and rows that ``n`` divides at every size (``64 *
-blocks`` in chunks of 16), are chunks of a fixed size, padded nowhere. The loop's stacked
-result may be written over a row input that dies there (``schedule/reuse.py``): the residual
-stream of a layer, chunk by chunk.
+is one chunk of one row (a fixed chunk of ``S_max / n`` rows, 32 for 1,024 in 32 chunks, would
+be 31 rows of padding: 32 times the arithmetic). Static rows, and rows that ``n`` divides at
+every size (``64 * blocks`` in chunks of 16), are chunks of a fixed size, padded nowhere. The
+loop's stacked result may be written over a row input that dies there (``schedule/reuse.py``):
+the residual stream of a layer, chunk by chunk.
 
 Each value the region reads by rows is laid out as ``[chunks, ..., rows, ...]`` before the
 loop: cut to the rows the chunks read (an offset, a table longer than the rows), padded with

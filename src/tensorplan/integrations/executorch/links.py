@@ -14,8 +14,9 @@ into a ``memory.alloc``'d ``out``):
   read by nothing after the ``cat``, and starts at an aligned offset of a contiguous slice
   (every dim before the ``cat`` dim has size 1, and the inputs before it have static sizes),
   is made directly in its slice of the output (``kernels.cat_in_slices``);
-- **a loop's result over its input**: a ``scan``'s stacked output on the bytes of an input it
-  slices that dies there (``_loop_link``: each slice is read before the same bytes are written);
+- **a loop's result over its input**: a ``scan``'s or ``map``'s stacked output on the bytes of
+  an input it slices that dies there (``_loop_link``: each slice is read before the same bytes
+  are written);
 - **pad in its tail**: the whole storage of a ``constant_pad_nd.out``'s input (its value and
   the values made over it in place), read by nothing after the pad (a graph input only where
   inputs may be written over), is placed in the last bytes of the pad's output, where every
@@ -40,7 +41,12 @@ from typing import Any
 import torch
 import torch.fx
 
-from tensorplan.integrations.executorch.vocabulary import is_alloc, is_memory_view, tensor_spec
+from tensorplan.integrations.executorch.vocabulary import (
+    is_alloc,
+    is_memory_view,
+    loop_operands,
+    tensor_spec,
+)
 
 CAT_OP = "aten::cat.out"
 PAD_OP = "aten::constant_pad_nd.out"
@@ -294,14 +300,15 @@ def _in_place_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules
 
 def _loop_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules: LinkRules,
                linked: set[int]) -> Link | None:
-    """The link putting a ``scan``'s first stacked output over an input it slices that dies
+    """The link putting a loop's first stacked output over an input it slices that dies
     there, or None. ExecuTorch's emitter copies each iteration's slices into the body's inputs
     (``select_copy``) before the body runs and writes the body's result into its slice of the
     stacked output (``et_copy_index``) after it, so slice ``i`` of the input is read before
     the same bytes are written."""
-    if node.op != "call_function" or node.target is not torch.ops.higher_order.scan:
+    operands = loop_operands(node)
+    if operands is None:
         return None
-    carried, sliced = node.args[1], node.args[2]
+    carried, sliced = operands
     specs, values = node.meta.get("spec"), node.meta.get("val")
     if not isinstance(specs, (list, tuple)) or len(specs) <= len(carried):
         return None

@@ -56,7 +56,7 @@ from tensorplan.integrations.executorch.links import Link, LinkRules, apply_link
 from tensorplan.integrations.executorch.moves import Copy, plan_copies, undo_copies
 from tensorplan.integrations.executorch.order import apply_order, candidate_orders
 from tensorplan.integrations.executorch.reuse_check import verify_storage_reuse
-from tensorplan.integrations.executorch.vocabulary import mark_bound_inputs
+from tensorplan.integrations.executorch.vocabulary import loop_operands, mark_bound_inputs
 from tensorplan.plan.planners import Buffer, plan_buffers
 from tensorplan.plan.planners.problem import lower_bound
 from tensorplan.plan.validate import find_violations, plan_error
@@ -439,10 +439,10 @@ def _tighten(spec: TensorSpec, value: torch.Tensor, name: str) -> None:
 
 
 def _settle_loop_views(graph_module: torch.fx.GraphModule) -> None:
-    """Give each static view of a ``scan``'s stacked output a spec of its own at the same
-    bytes (the view's memory id and offset).
+    """Give each static view of a loop's (``scan``, ``map``) stacked output a spec of its own
+    at the same bytes (the view's memory id and offset).
 
-    ExecuTorch's emitter marks a scan's stacked outputs dynamic-bound when it emits the loop
+    ExecuTorch's emitter marks a loop's stacked outputs dynamic-bound when it emits the loop
     (its ``et_copy_index`` grows them), after which a static ``_ViewSpec`` of one fails the
     guard that its dynamism equals its base's. The emitter elides a static, planned view: it
     is the same tensor as a spec of its own with the view's memory id and offset."""
@@ -450,8 +450,8 @@ def _settle_loop_views(graph_module: torch.fx.GraphModule) -> None:
         if not isinstance(module, torch.fx.GraphModule):
             continue
         stacked = {id(spec) for node in module.graph.nodes
-                   if node.op == "call_function" and node.target is torch.ops.higher_order.scan
-                   for spec in node.meta["spec"][len(node.args[1]):]}
+                   if (operands := loop_operands(node)) is not None
+                   for spec in node.meta["spec"][len(operands[0]):]}
         for node in module.graph.nodes:
             spec = node.meta.get("spec")
             if node.target is memory.view and isinstance(spec, _ViewSpec) and \

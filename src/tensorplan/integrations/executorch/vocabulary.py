@@ -57,6 +57,20 @@ def storage_base(spec: Any) -> Any:
 BOUND_INPUTS = "tensorplan_bound_inputs"  # a loop body's meta key: ``mark_bound_inputs``
 
 
+def loop_operands(node: Any) -> tuple[list[Any], list[Any]] | None:
+    """A loop's carried operands and the operands its emitted loop slices, as ExecuTorch's
+    emitter reads them (``_emit_scan``: ``scan(body, init, xs, extra)``; ``_emit_map``: the
+    first mapped operand only), or None for a node that is no ``scan`` / ``map``. Its first
+    outputs are the carried values, the others stacked results."""
+    if getattr(node, "op", None) != "call_function":
+        return None
+    if node.target is torch.ops.higher_order.scan:
+        return list(node.args[1]), list(node.args[2])
+    if node.target is torch.ops.higher_order.map_impl:
+        return [], list(node.args[1])[:1]
+    return None
+
+
 def mark_bound_inputs(graph_module: torch.fx.GraphModule) -> None:
     """Write on every ``scan`` / ``map`` body under ``graph_module`` (``meta[BOUND_INPUTS]``)
     the names of its placeholders that ExecuTorch's emitter binds to the parent's values: the
@@ -67,13 +81,11 @@ def mark_bound_inputs(graph_module: torch.fx.GraphModule) -> None:
         if not isinstance(module, torch.fx.GraphModule):
             continue
         for node in module.graph.nodes:
-            if node.target is torch.ops.higher_order.scan:
-                carried, sliced = len(node.args[1]), len(node.args[2])
-                own = range(carried, carried + sliced)
-            elif node.target is torch.ops.higher_order.map_impl:
-                own = range(1)  # ExecuTorch's map takes one mapped input
-            else:
+            operands = loop_operands(node)
+            if operands is None:
                 continue
+            carried, sliced = map(len, operands)
+            own = range(carried, carried + sliced)
             body = getattr(module, node.args[0].target)
             inputs = [n for n in body.graph.nodes if n.op == "placeholder"]
             body.meta[BOUND_INPUTS] = frozenset(

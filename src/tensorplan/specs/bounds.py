@@ -53,7 +53,8 @@ def upper_bound(size: int | torch.SymInt, where: str, limits: Limits | None = No
     if _is_finite(upper) and len(ranges) == 1 and expr.has(*_DIVISIONS):
         (symbol, known), = ranges.items()
         upper = _exact_upper(expr, symbol, int(known.lower), int(known.upper)) \
-            if _is_finite(known.lower) and _is_finite(known.upper) else upper
+            if known is not None and _is_finite(known.lower) and _is_finite(known.upper) \
+            else upper
     if not _is_finite(upper):
         symbols = ", ".join(sorted(str(s) for s in expr.free_symbols)) or str(expr)
         raise UnboundedShapeError(

@@ -43,6 +43,7 @@ import torch.fx
 
 from tensorplan.integrations.executorch.vocabulary import (
     is_alloc,
+    is_contiguous,
     is_memory_view,
     loop_operands,
     tensor_spec,
@@ -210,10 +211,6 @@ def _static(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and all(isinstance(d, int) for d in value.shape)
 
 
-def _contiguous(spec: Any) -> bool:
-    return list(spec.dim_order) == list(range(len(spec.shape)))
-
-
 def _concat_links(node: torch.fx.Node, index: int, groups: StorageGroups,
                   rules: LinkRules) -> Iterator[Link]:
     """Links of the ``cat`` inputs that can be made in their slices of its output."""
@@ -221,7 +218,7 @@ def _concat_links(node: torch.fx.Node, index: int, groups: StorageGroups,
     inputs = node.args[0]
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
     value = node.meta.get("val")
-    if out is None or not _contiguous(out) or not _static(value) or id(out) not in rules.planned:
+    if out is None or not is_contiguous(out) or not _static(value) or id(out) not in rules.planned:
         return
     dim %= value.dim()
     if math.prod(value.shape[:dim]) != 1:
@@ -234,7 +231,7 @@ def _concat_links(node: torch.fx.Node, index: int, groups: StorageGroups,
         if not _static(arg_value):
             return
         if (is_alloc(arg.kwargs.get("out")) and spec is not None and spec.storage_base is None
-                and id(spec) in rules.planned and not spec.const and _contiguous(spec)
+                and id(spec) in rules.planned and not spec.const and is_contiguous(spec)
                 and spec.dtype == out.dtype and roots.count(roots[position]) == 1
                 and roots[position] != groups.find(out) and offset % rules.alignment == 0
                 and groups.dies_at(spec, index)):
@@ -339,7 +336,7 @@ def _overwritable(arg: torch.fx.Node, base_node: torch.fx.Node, base: Any, out: 
     same_shape = str(value.numel()) == str(out_value.numel()) if reshape \
         else [str(d) for d in value.shape] == [str(d) for d in out_value.shape]
     return (same_shape and value.dtype == out_value.dtype and id(base) in rules.planned
-            and not base.const and _contiguous(out) and _contiguous(base)
+            and not base.const and is_contiguous(out) and is_contiguous(base)
             and base.allocated_memory >= out.allocated_memory
             and (arg is base_node or base.nbytes() == out.nbytes()))
 
@@ -352,13 +349,13 @@ def _pad_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules: Lin
     value, arg_value = node.meta.get("val"), node.args[0].meta.get("val")
     if out is None or (arg.op == "placeholder" and not rules.inputs) or tensor_spec(arg) is None \
             or not _static(value) or not _static(arg_value) or id(out) not in rules.planned \
-            or out.storage_base or not _contiguous(out) or arg_value.dtype != value.dtype:
+            or out.storage_base or not is_contiguous(out) or arg_value.dtype != value.dtype:
         return None
     root = tensor_spec(arg)
     while id(root) in bases and bases[id(root)].offset == 0:
         root = bases[id(root)].base
     if id(root) in bases or root.storage_base is not None or id(root) not in rules.planned \
-            or root.const or not _contiguous(root) or groups.find(root) == groups.find(out) \
+            or root.const or not is_contiguous(root) or groups.find(root) == groups.find(out) \
             or root.nbytes() != arg_value.numel() * arg_value.element_size() \
             or not groups.dies_at(root, index):
         return None

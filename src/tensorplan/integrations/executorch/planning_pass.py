@@ -56,7 +56,11 @@ from tensorplan.integrations.executorch.links import Link, LinkRules, apply_link
 from tensorplan.integrations.executorch.moves import Copy, plan_copies, undo_copies
 from tensorplan.integrations.executorch.order import apply_order, candidate_orders
 from tensorplan.integrations.executorch.reuse_check import verify_storage_reuse
-from tensorplan.integrations.executorch.vocabulary import loop_operands, mark_bound_inputs
+from tensorplan.integrations.executorch.vocabulary import (
+    is_contiguous,
+    loop_operands,
+    mark_bound_inputs,
+)
 from tensorplan.plan.planners import Buffer, plan_buffers
 from tensorplan.plan.planners.problem import lower_bound
 from tensorplan.plan.validate import find_violations, plan_error
@@ -432,7 +436,7 @@ def _tighten(spec: TensorSpec, value: torch.Tensor, name: str) -> None:
     shape = [min(int(given), upper_bound(size, name)) if isinstance(size, torch.SymInt)
              else int(given) for given, size in zip(spec.shape, value.shape, strict=True)]
     if shape != list(spec.shape):
-        contiguous = list(spec.dim_order) == list(range(len(shape)))
+        contiguous = is_contiguous(spec)
         spec.shape = shape
         if contiguous:
             spec.stride = contiguous_stride_from_shape(torch.Size(shape))

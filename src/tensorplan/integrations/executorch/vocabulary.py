@@ -31,6 +31,11 @@ def is_memory_view(node: Any) -> bool:
         and node.target is memory.view
 
 
+def is_contiguous(spec: Any) -> bool:
+    """True when a spec's dims are laid out in their logical order."""
+    return list(spec.dim_order) == list(range(len(spec.shape)))
+
+
 def specs_in(value: Any) -> list[Any]:
     """The TensorSpecs a ``meta["spec"]`` value holds (a list of them for an ``alloc`` of
     several outputs; none for a value that is no tensor)."""

@@ -157,7 +157,7 @@ def test_the_scores_are_made_one_chunk_at_a_time() -> None:
     drops by more than three quarters of one layer's scores at 4 chunks."""
     torch.manual_seed(0)
     plain, chunked = _both(Stack(), (_tokens(),), 4)
-    region = chunked.chunking.regions[-1]
+    region = max(chunked.chunking.regions, key=lambda r: r.largest_bytes)
     assert region.largest_bytes >= H * S * S * 4
     scores = H * S * S * 4
     assert plain.plan.arena_bytes - chunked.plan.arena_bytes >= 0.75 * scores - 4096
@@ -261,7 +261,7 @@ def test_the_page_and_the_picture_say_the_program_is_chunked_and_where(tmp_path)
     subject = model_subject(chunked, "m", value_details(chunked))
     rows = dict(page_data(chunked.plan, subject)["summary"])
     for region in chunked.chunking.regions:
-        assert f"{region.split} ({S} rows of dim {region.dim}," in rows["chunked"]
+        assert f"{region.split} ({S} rows of dim {region.dim} in 4 chunks," in rows["chunked"]
     assert rewrite_notes(plain) == []  # chunks not asked for: no note
     assert _title(chunked.plan, subject).splitlines()[1] == notes[0].summary
     declined = tp.compile(nn.Sequential(nn.Conv2d(3, 4, 3)).eval(), (torch.randn(1, 3, 8, 8),),
@@ -360,6 +360,30 @@ def test_a_plain_dynamic_seq_chunks_as_a_loop_equal_to_eager_at_every_size() -> 
         torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
         if rows >= 8:  # as many rows a matmul as whole: the same kernels, bitwise
             assert torch.equal(got, plain.run(tokens))
+
+
+def test_auto_runs_a_layers_mlp_in_fewer_chunks_than_its_scores() -> None:
+    """Each layer is cut at its residual stream between the attention and the MLP, and each
+    part runs in as many chunks as its own largest value needs: at 256 tokens a chunk of 8
+    rows holds 32 KiB of scores (4 heads x 256 keys a row), and the MLP (128 floats a row)
+    holds as much in 4 chunks of 64 rows. The arena is no larger than one count for both."""
+    torch.manual_seed(0)
+    model = Stack(rotary=True, kv_heads=2).eval()
+    seq = torch.export.Dim("seq", min=2, max=4 * S)
+    program = tp.capture(model, (torch.randint(0, 50, (1, 4 * S)),),
+                         dynamic_shapes=({1: seq},))
+    auto = tp.compile(program, chunks="auto")
+    regions, counts = auto.chunking.regions, auto.chunking.chosen.per_region
+    assert [(r.largest_bytes, n) for r, n in zip(regions, counts, strict=True)] == \
+        [(H * 4 * S * 4 * S * 4, 32), (4 * S * 4 * D * 4, 4)] * 2
+    assert [r.cut for r in regions] == ["", regions[0].split, "", regions[2].split]
+    assert _loop_nodes(auto.exported_program)[0] == 4
+    assert auto.plan.arena_bytes <= tp.compile(program, chunks=32).plan.arena_bytes
+    for rows in (2, 9, 100, 4 * S):
+        tokens = torch.randint(0, 50, (1, rows))
+        with torch.no_grad():
+            eager = model(tokens)
+        torch.testing.assert_close(auto.run(tokens), eager, rtol=1e-5, atol=1e-5)
 
 
 def _dynamic_stack() -> tuple[nn.Module, tuple[torch.Tensor], tuple[dict[int, Any]]]:

@@ -43,13 +43,19 @@ def rewrite_notes(program: Program) -> list[Note]:
     if chunking is not None:
         chosen, base = chunking.chosen, chunking.candidates[0]
         if chosen.chunks > 1:
-            where = "; ".join(f"{r.split} ({_rows(r)} rows of dim {r.dim}, largest inside "
-                              f"{r.largest}: {bytes_text(r.largest_bytes)} whole)"
-                              for r in chunking.regions[:LISTED_REGIONS])
+            counts = chosen.per_region
+            where = "; ".join(f"{r.split} ({_rows(r)} rows of dim {r.dim} in {n} chunks, "
+                              f"largest inside {r.largest}: {bytes_text(r.largest_bytes)} "
+                              f"whole)"
+                              for r, n in zip(chunking.regions[:LISTED_REGIONS], counts,
+                                              strict=False))
             more = len(chunking.regions) - LISTED_REGIONS
             where += f"; and {more} more" if more > 0 else ""
+            fewest = min(counts)
+            spread = f"{fewest} to {chosen.chunks}" if fewest < chosen.chunks \
+                else str(chosen.chunks)
             notes.append(Note("chunked", f"chunked: {len(chunking.regions)} regions in "
-                                         f"{chosen.chunks} chunks of rows",
+                                         f"{spread} chunks of rows",
                               f"{where}. Greedy arena {bytes_text(base.arena_bytes)} as "
                               f"exported, {bytes_text(chosen.arena_bytes)} chunked",
                               chunk_spans(program)))

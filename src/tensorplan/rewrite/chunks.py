@@ -129,6 +129,7 @@ class _Walk:
 
     def __init__(self, index: Mapping[str, int], taken: set[str], fixed: set[str]) -> None:
         self.index, self.taken, self.fixed = index, taken, fixed
+        self.cuts: set[str] = set()  # splits of regions still to be found (``_cut``)
         self.reasons: dict[str, str] = {}
 
     def _rows_of(self, node: torch.fx.Node, needs: Mapping[str, list[tuple[str, Need]]],
@@ -141,6 +142,8 @@ class _Walk:
             reason = "a graph input"
         elif node.name in self.taken:
             reason = "in another region"
+        elif node.name in self.cuts:
+            reason = "the split of another region"
         elif node.name in self.fixed:
             reason = "a constant (computed once)"
         elif whole is not None:
@@ -211,6 +214,42 @@ def _best_region(split: torch.fx.Node, walk: _Walk, graph: torch.fx.Graph) -> Re
     return best if best is not None and best.largest_bytes > _nbytes(split) else None
 
 
+def _cut(split: torch.fx.Node, region: Region, walk: _Walk, graph: torch.fx.Graph) -> Region:
+    """``region``, or its part below its last value (in graph order) that cuts it in two
+    regions of the same rows, each holding a value larger than the split and than the cut: a
+    value of the split's shape or of a value the region reads by rows (a layer's residual
+    stream between its attention and its MLP), made whole by a region of its own, so each
+    part can run in as many chunks as its own peak needs (``_fewest``; parts that run alike
+    are one region again, ``_joined``). The part below keeps the whole region (``uncut``).
+    The cut is left in ``walk.cuts``: later searches stop at it, and it is found as a split
+    in its turn."""
+    nodes = {n.name: n for n in graph.nodes}
+    thin = _nbytes(split)
+    streams = {shape(split), *(shape(nodes[name]) for need in region.needs.values()
+                               for name, rows in need.items()
+                               if name not in region.rows and isinstance(rows, Rows))}
+    reasons = dict(walk.reasons)
+    for name in reversed(region.nodes[:-1]):
+        node = nodes[name]
+        if is_view_value(node) or not has_rule(node) or shape(node) not in streams:
+            continue
+        larger = max(thin, _nbytes(node))
+        walk.cuts.add(name)
+        found = walk.region(split, region.dim)
+        below = _region_of(split, region.dim, found, graph) if len(found) > 1 else None
+        if below is not None and below.largest_bytes > larger:
+            walk.taken.update(below.nodes)
+            above = _best_region(node, walk, graph)
+            walk.taken.difference_update(below.nodes)
+            if above is not None and above.extent == region.extent \
+                    and above.largest_bytes > larger:
+                walk.reasons = reasons
+                return replace(below, cut=name, uncut=region)
+        walk.cuts.discard(name)
+    walk.reasons = reasons
+    return region
+
+
 @_at_bounds
 def regions(program: ExportedProgram, largest: int = 5) -> tuple[list[Region], list[Whole]]:
     """The regions of the program, in graph order, and its ``largest`` values left whole
@@ -227,6 +266,7 @@ def regions(program: ExportedProgram, largest: int = 5) -> tuple[list[Region], l
             continue
         region = _best_region(node, walk, graph)
         if region is not None:
+            region = _cut(node, region, walk, graph)
             found.append(region)
             taken.update(region.nodes)
     whole = sorted((n for n in order if n.op == "call_function" and n.name not in taken
@@ -380,11 +420,13 @@ def estimate(program: ExportedProgram, found: Sequence[Region], counts: Sequence
 class Candidate:
     """One chunk count tried and what it gives."""
 
-    chunks: int  # chunks per region (1: the program as exported)
+    chunks: int  # chunks per region, the most of any (1: the program as exported)
     estimate_bytes: int  # ``estimate``'s peak (graph order, one buffer per value)
     arena_bytes: int | None = None  # its planned arena (tensorplan's greedy, the compile's
     #                                 switches; None: not planned, its estimate ranked lower)
     overhead: float | None = None  # matmul multiply-adds over the program as exported's
+    per_region: tuple[int, ...] = ()  # the chunks of each region chunked (``Chunking.regions``'
+    #                                   order), for the one planned
 
 
 @dataclass(frozen=True)
@@ -441,6 +483,69 @@ def _worth_it(program: ExportedProgram, found: Sequence[Region], count: int,
                 estimate(program, kept, _counts(kept, count, auto)):
             kept = without
     return kept
+
+
+def _fewest(program: ExportedProgram, found: Sequence[Region], counts: Sequence[int]
+            ) -> list[int]:
+    """``counts`` with each region's lowered to the fewest of ``AUTO_COUNTS`` (or 1) whose
+    chunk holds a largest value no larger than the largest region's chunk does and that
+    leaves the estimated peak no higher: a region whose own peak is below another's (an MLP
+    beside its layer's scores) runs in fewer, larger chunks (fewer steps, each product on more
+    rows)."""
+    counts = list(counts)
+    peak = estimate(program, found, counts)
+    widest = max(math.ceil(r.largest_bytes / n) for r, n in zip(found, counts, strict=True))
+    for i, region in sorted(enumerate(found), key=lambda item: item[1].largest_bytes):
+        for fewer in sorted({1, *(region.fits(n, MIN_CHUNK_ROWS) for n in AUTO_COUNTS)}):
+            if fewer >= counts[i]:
+                break
+            trial = [*counts[:i], fewer, *counts[i + 1:]]
+            if math.ceil(region.largest_bytes / fewer) <= widest \
+                    and estimate(program, found, trial) <= peak:
+                counts = trial
+                break
+    return counts
+
+
+def _joined(found: Sequence[Region], counts: Sequence[int]) -> tuple[list[Region], list[int]]:
+    """``found`` with each region cut in two whose parts run in as many chunks one region
+    again (one loop, not two), and the counts of what is left."""
+    found, counts = list(found), list(counts)
+    while True:
+        index = {r.split: i for i, r in enumerate(found)}
+        pair = next(((i, index[r.cut]) for i, r in enumerate(found)
+                     if r.uncut is not None and counts[index.get(r.cut, i)] == counts[i]
+                     and r.cut in index and set(found[index[r.cut]].nodes) <= set(r.uncut.nodes)),
+                    None)
+        if pair is None:
+            return found, counts
+        below, above = pair
+        found[below] = found[below].uncut
+        del found[above], counts[above]
+
+
+@dataclass(frozen=True)
+class _Rewritten:
+    """A chunked program, its regions and their chunks, and its planned arena."""
+
+    program: ExportedProgram
+    regions: tuple[Region, ...]
+    counts: tuple[int, ...]
+    arena_bytes: int
+
+
+def _rewritten(program: ExportedProgram, found: Sequence[Region], counts: Sequence[int],
+               arena_of: Callable[[ExportedProgram], int]) -> _Rewritten | None:
+    """``program`` with ``found[i]`` in ``counts[i]`` chunks (cut regions whose parts run
+    alike joined, regions of one chunk left as they are) and planned, or None when no region
+    is left to chunk. Raises ``chunk_program``'s ``InputError``."""
+    joined, counts = _joined(found, counts)
+    regions = tuple(r for r, n in zip(joined, counts, strict=True) if n > 1)
+    counts = tuple(n for n in counts if n > 1)
+    if not regions:
+        return None
+    chunked = chunk_program(program, regions, counts)
+    return _Rewritten(chunked, regions, counts, arena_of(chunked))
 
 
 def _declined(base: Candidate, reason: str, whole: Sequence[Whole] = ()) -> Chunking:
@@ -558,19 +663,30 @@ def _chosen(program: ExportedProgram, chunks: str | int, counts: tuple[int, ...]
         return program, _declined(base, "no region: no value made by rows holds a larger one "
                                         "(no attention or MLP over a token dim)", whole)
     auto = chunks == "auto"
-    estimates = {n: estimate(program, found, _counts(found, n, auto)) for n in counts}
+    joined, _ = _joined(found, [1] * len(found))  # the counts ranked over regions as found
+    estimates = {n: estimate(program, joined, _counts(joined, n, auto)) for n in counts}
     least = min(estimates.values())
     pick = min(n for n in counts if estimates[n] <= least * AUTO_SLACK)
     kept = _worth_it(program, found, pick, auto)
     if not kept:
         return program, _declined(base, _none_fit(), whole)
-    found = kept
+    uniform = _counts(kept, pick, auto)
+    fewest = _fewest(program, kept, uniform) if auto else uniform
     try:
-        chunked = chunk_program(program, found, _counts(found, pick, auto))
+        rewritten = _rewritten(program, kept, fewest, arena_of)
+        if rewritten is not None and fewest != uniform \
+                and rewritten.arena_bytes > estimates[pick] * AUTO_SLACK:
+            alike = _rewritten(program, kept, uniform, arena_of)  # the estimate was wrong
+            if alike is not None and alike.arena_bytes * AUTO_SLACK < rewritten.arena_bytes:
+                rewritten = alike
     except InputError as error:  # a loop that cannot cut one of its inputs
         return program, _declined(base, str(error), whole)
-    planned = Candidate(pick, estimates[pick], arena_of(chunked),
-                        multiply_adds(chunked) / (multiply_adds(program) or 1))
+    if rewritten is None:
+        return program, _declined(base, _none_fit(), whole)
+    chunked, found = rewritten.program, rewritten.regions
+    planned = Candidate(pick, estimates[pick], rewritten.arena_bytes,
+                        multiply_adds(chunked) / (multiply_adds(program) or 1),
+                        rewritten.counts)
     tried = (base, *(planned if n == pick else Candidate(n, estimates[n]) for n in counts))
     if planned.overhead > MAX_OVERHEAD:
         reason = f"{pick} chunks add multiply-adds ({planned.overhead:.3f}x)"

@@ -37,6 +37,8 @@ class Region:
     largest: str  # the region's largest value made whole as exported
     largest_bytes: int
     symbolic: Any = None  # the split's rows as a sympy polynomial in the dims (None: static)
+    cut: str = ""  # the split of the region above this one's cut ("": not cut)
+    uncut: Region | None = None  # this region and the one above its cut, one region
 
     def fits(self, count: int, least_rows: int = 1) -> int:
         """The most chunks up to ``count`` that leave at least ``least_rows`` rows each (at the

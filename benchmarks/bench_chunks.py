@@ -18,6 +18,7 @@ that load and equal eager (``common.best_result``); shipped: the chunked program
 from __future__ import annotations
 
 import argparse
+import collections
 import logging
 import os
 import statistics
@@ -25,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import common
 import torch
@@ -266,7 +268,7 @@ def table(rows: Sequence[Row]) -> str:
         lines.append("| " + " | ".join([
             row.model, str(row.off.plan.arena_bytes), str(row.on.plan.arena_bytes),
             common.ratio(row.on.plan.arena_bytes, row.off.plan.arena_bytes),
-            str(chosen.chunks) if chosen.chunks > 1 else f"1 ({row.on.chunking.declined})",
+            _chunks_cell(row.on.chunking),
             f"{best_arena} ({best.config})" if best else "none loads",
             common.ratio(row.on.plan.arena_bytes, best_arena),
             _shipped_cell(row.shipped, best_arena), f"{chosen.overhead:.2f}x",
@@ -276,6 +278,15 @@ def table(rows: Sequence[Row]) -> str:
             f"{row.seconds[0]:.1f} → {row.seconds[1]:.1f} "
             f"({common.ratio(row.seconds[1], row.seconds[0])})"]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _chunks_cell(chunking: Any) -> str:
+    """The chunks of each region (``32 x2, 4 x2``: two regions in 32, two in 4), or why
+    nothing was chunked."""
+    if chunking.chosen.chunks == 1:
+        return f"1 ({chunking.declined})"
+    counts = collections.Counter(chunking.chosen.per_region)
+    return ", ".join(f"{n} x{times}" for n, times in sorted(counts.items(), reverse=True))
 
 
 def _ratios(rows: Sequence[Row]) -> dict[str, float]:
@@ -317,9 +328,12 @@ def summary(rows: Sequence[Row]) -> str:
     larger = [row.model for row in rows if row.on.plan.arena_bytes > row.off.plan.arena_bytes]
     text_clause = (f"the text models at real lengths plan a median {statistics.median(text):.2f}x "
                    f"of ExecuTorch's best (target <= {TARGET:.2f}x); " if text else "")
+    slower = [row.times["on"] / row.times["off"] for row in rows]
     return (f"**Summary**: with `chunks=\"auto\"`, {text_clause}"
             f"{_recipes_clause(rows, ratios)}over all {len(ratios)} models "
-            f"{statistics.median(ratios.values()):.2f}x; above their targets: "
+            f"{statistics.median(ratios.values()):.2f}x; `Program.run` chunked over unchunked "
+            f"a median {statistics.median(slower):.2f}x (at most {max(slower):.2f}x); "
+            f"above their targets: "
             f"{', '.join(missed) or 'none'}; larger than without chunks: "
             f"{', '.join(larger) or 'none'}; every program equal to eager: "
             f"{'yes' if all(row.equal for row in rows) else 'NO'}.\n")

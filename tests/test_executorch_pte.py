@@ -406,6 +406,34 @@ def test_bart_ships_the_smallest_arena_or_with_prefer_total_the_smallest_total()
     assert arena.why.startswith("the smallest arena (tensorplan: arena 213,120 B")
 
 
+class ColumnParts(torch.nn.Module):
+    """One weight read only through views of its three column parts (GPT-2's queries, keys
+    and values made apart, ``rewrite/columns.py``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 12))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(x @ self.w[:, i:i + 4] for i in (0, 4, 8))
+
+
+def test_a_weight_read_only_through_its_parts_folds_as_the_parts() -> None:
+    """Folding one part alone would keep the weight and add the part; folded together the
+    parts replace the weight: the same constant bytes, and no part copied at run time."""
+    from tensorplan.integrations.executorch.fold import (
+        choose_folds,
+        constant_bytes,
+        foldable_values,
+    )
+
+    edge = to_edge(torch.export.export(ColumnParts(), (torch.randn(2, 8),)))
+    known = foldable_values(edge.exported_program())
+    folded = choose_folds(known)
+    assert sorted(n.target.__name__ for n in folded) == ["aten.slice_copy.Tensor"] * 3
+    assert constant_bytes(known, folded) == constant_bytes(known, set()) == 8 * 12 * 4
+
+
 def test_a_folding_that_cannot_win_is_estimated_not_lowered(monkeypatch) -> None:
     """tiny_gpt's constant propagation folds nothing live at the peak and adds constants: its
     arena is the unfolded plan's and its constants more, so it is not lowered (one lowering

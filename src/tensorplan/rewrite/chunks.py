@@ -50,6 +50,7 @@ from torch.utils._sympy.numbers import int_oo
 from tensorplan.errors import InputError
 from tensorplan.frontend.dim_names import dim_names, named
 from tensorplan.ops.control_flow import control_flow_op, graph_modules
+from tensorplan.rewrite.columns import split_products
 from tensorplan.rewrite.loop import LOOP_TAG, Loop
 from tensorplan.rewrite.parts import (
     Parted,
@@ -631,7 +632,9 @@ def choose(program: ExportedProgram, chunks: str | int,
     bounds), and kept when its arena is strictly smaller than the program as exported's and
     its multiply-adds within ``MAX_OVERHEAD``. A program whose rules differ between sizes of
     its dims, with an unbounded dim, or with no region declines (the reason in
-    ``Chunking.declined``). Its reasons name the dims by their ``Dim`` names.
+    ``Chunking.declined``). Its reasons name the dims by their ``Dim`` names. The regions are
+    read off the program with its products' column parts made apart (``columns.py``), and a
+    program declined is returned as it came.
     """
     chosen, chunking = _choose(program, chunks, arena_of)
     return chosen, _in_dim_names(chunking, dim_names(program))
@@ -647,12 +650,14 @@ def _choose(program: ExportedProgram, chunks: str | int,
             arena_of: Callable[[ExportedProgram], int]) -> tuple[ExportedProgram, Chunking]:
     counts = _checked(chunks)
     base = Candidate(1, 0, arena_of(program), 1.0)
-    read = _found(program)
+    parted = split_products(program)
+    read = _found(parted)
     if isinstance(read, str):
         return program, _declined(base, read)
     found, whole, upper = read
     with sizes_at(upper):
-        return _chosen(program, chunks, counts, arena_of, base, found, whole)
+        chosen, chunking = _chosen(parted, chunks, counts, arena_of, base, found, whole)
+    return (program if chosen is parted else chosen), chunking
 
 
 def _chosen(program: ExportedProgram, chunks: str | int, counts: tuple[int, ...],

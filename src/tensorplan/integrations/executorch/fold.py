@@ -17,6 +17,9 @@ constant placeholder when something not folded reads it; a parameter or computed
 whose readers are folded is dropped. Worked example: ``w`` read only by ``permute_copy(w)``
 folds (``w``, 64 KB, is replaced by its transpose, 64 KB); a tied embedding table also read by
 ``embedding`` folds its transpose (a second copy) only when that transpose sits at the peak.
+A value that does not pay alone is tried with its family (``_family``): ``w`` read by three
+``slice_copy`` of its column parts folds as the three parts, ``w`` dropped, the constants the
+same.
 """
 
 from __future__ import annotations
@@ -68,15 +71,30 @@ def choose_folds(known: Mapping[torch.fx.Node, Any],
     credit = dict(at_peak or {})
     folded: set[torch.fx.Node] = set()
     current = constant_bytes(known, folded)
-    for node in [n for n in known if n.op != "placeholder" and n not in folded]:
-        cone = _cone(node, known)
-        trial = folded | cone
-        size = constant_bytes(known, trial)
-        if size - current <= sum(credit.get(n.name, 0) for n in cone):
-            folded, current = trial, size
-            for n in cone:
-                credit.pop(n.name, None)
+    for node in [n for n in known if n.op != "placeholder"]:
+        if node in folded:
+            continue
+        for cone in (_cone(node, known), _family(node, known)):
+            trial = folded | cone
+            size = constant_bytes(known, trial)
+            if size - current <= sum(credit.get(n.name, 0) for n in cone):
+                folded, current = trial, size
+                for n in cone:
+                    credit.pop(n.name, None)
+                break
     return folded
+
+
+def _family(node: torch.fx.Node, known: Mapping[torch.fx.Node, Any]) -> set[torch.fx.Node]:
+    """``node``'s cone and the cones of every other reader of the constants it reads, when
+    every reader of those is computable from constants: folded together, the constants they
+    read are dropped (a weight read only through views of its column parts)."""
+    cone = _cone(node, known)
+    sources = {n for c in cone for n in c.all_input_nodes if n.op == "placeholder"}
+    readers = {u for s in sources for u in s.users}
+    if not readers <= set(known):
+        return cone
+    return cone.union(*(_cone(r, known) for r in readers))
 
 
 def foldable_values(exported_program: Any) -> dict[torch.fx.Node, Any]:

@@ -675,15 +675,11 @@ def _chosen(program: ExportedProgram, chunks: str | int, counts: tuple[int, ...]
     kept = _worth_it(program, found, pick, auto)
     if not kept:
         return program, _declined(base, _none_fit(), whole)
-    uniform = _counts(kept, pick, auto)
-    fewest = _fewest(program, kept, uniform) if auto else uniform
+    per_region = _counts(kept, pick, auto)
+    if auto:
+        per_region = _fewest(program, kept, per_region)
     try:
-        rewritten = _rewritten(program, kept, fewest, arena_of)
-        if rewritten is not None and fewest != uniform \
-                and rewritten.arena_bytes > estimates[pick] * AUTO_SLACK:
-            alike = _rewritten(program, kept, uniform, arena_of)  # the estimate was wrong
-            if alike is not None and alike.arena_bytes * AUTO_SLACK < rewritten.arena_bytes:
-                rewritten = alike
+        rewritten = _rewritten(program, kept, per_region, arena_of)
     except InputError as error:  # a loop that cannot cut one of its inputs
         return program, _declined(base, str(error), whole)
     if rewritten is None:

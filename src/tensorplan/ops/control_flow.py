@@ -44,6 +44,7 @@ class ControlFlowOp:
     outputs: str                       # how the node's outputs follow from its subgraphs'
     run: Callable[[Sequence[Any], Any, CallSubgraph], Any]  # (args, planned outputs, call)
     sized_by_data: bool = False        # its outputs may have data-dependent sizes (no views)
+    stacks: bool = False               # its outputs: the carried values, then the body's stacked
 
     def traced_inputs(self, args: Sequence[Any]) -> list[Any]:
         """The values a subgraph is traced with, from the node's traced arguments (one slice
@@ -63,6 +64,16 @@ class ControlFlowOp:
             values = list(args[operand.position])
             inputs += list(outputs[:len(values)]) if operand.carried else values
         return inputs
+
+    def stacked_outputs(self, args: Sequence[Any], body: Sequence[Any]) -> tuple[Any, ...]:
+        """The node's outputs from one traced call of its body (an op that ``stacks``: map,
+        scan): the carried values as the body returns them, then each other output with a new
+        dim 0 as long as the sliced operands, contiguous, as the operators' fake kernels make
+        them (without tracing the body a second time)."""
+        carried = sum(len(args[o.position]) for o in self.operands if o.carried)
+        sliced = next(o for o in self.operands if o.sliced)
+        length = args[sliced.position][0].shape[0]
+        return (*body[:carried], *(y.new_empty((length, *y.shape)) for y in body[carried:]))
 
     def subgraph_nodes(self, node: torch.fx.Node) -> list[torch.fx.Node]:
         """The ``get_attr`` nodes naming the node's subgraphs, in ``subgraphs`` order."""
@@ -163,10 +174,11 @@ CONTROL_FLOW_OPS: dict[Any, ControlFlowOp] = {
                 "(subgraph 1) returns the next carried values", run=_run_while_loop),
     _HOP.map_impl: ControlFlowOp(
         "map", subgraphs=(0,), operands=(OperandList(1, sliced=True), OperandList(2)),
-        outputs="the body's outputs for every slice, stacked along dim 0", run=_run_map),
+        outputs="the body's outputs for every slice, stacked along dim 0", run=_run_map,
+        stacks=True),
     _HOP.scan: ControlFlowOp(
         "scan", subgraphs=(0,),
         operands=(OperandList(1, carried=True), OperandList(2, sliced=True), OperandList(3)),
         outputs="the final carry, then the body's other outputs stacked along dim 0",
-        run=_run_scan),
+        run=_run_scan, stacks=True),
 }

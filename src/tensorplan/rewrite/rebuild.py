@@ -21,16 +21,12 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
 from tensorplan.errors import InternalError
-from tensorplan.frontend.fake import FakeOutputs
-
-# Ops whose values with symbolic sizes come from their Python decompositions, as in a trace.
-_DECOMPOSED = frozenset({torch.ops.aten.constant_pad_nd.default})
+from tensorplan.frontend.fake import FakeOutputs, tracing
 
 
 class Rebuild:
@@ -45,7 +41,8 @@ class Rebuild:
         self._sizes: dict[Any, int | torch.fx.Node] = {}
         vals = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
         self.fake_mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
-        self._outputs = FakeOutputs(self.fake_mode)
+        self._outputs = FakeOutputs(self.fake_mode)  # made on meta tensors: its own
+        self._traced = FakeOutputs.shared(self.fake_mode)  # as the re-trace makes them
 
     def copy(self, node: torch.fx.Node) -> torch.fx.Node:
         """``node`` as it is, under its own name, reading the values its inputs now have."""
@@ -140,23 +137,26 @@ class Rebuild:
         """``target`` on fake values: run on meta tensors of the same sizes and strides and
         wrapped as the program's fake tensors when every size is static (a third of the cost
         of a fake dispatch; a repeat on the same metadata costs less again, ``FakeOutputs``),
-        else in the fake mode itself."""
+        else as the re-trace makes them (``tracing``), kept where the re-trace of the
+        rewritten program finds them (a meta kernel's outputs may differ from the fake
+        kernel's: batch norm's saved statistics are ``[C]`` on meta and ``[0]`` faked)."""
         leaves = pytree.tree_leaves((args, kwargs))
         fakes = [v for v in leaves if isinstance(v, torch.Tensor)]
         if any(isinstance(v, torch.SymInt) for v in leaves) or not all(
                 isinstance(d, int) for v in fakes for d in (*v.shape, *v.stride())):
-            with self.fake_mode:
-                if target in _DECOMPOSED:  # their kernels take no symbolic sizes
-                    with enable_python_dispatcher():
-                        return target(*args, **kwargs)
-                return target(*args, **kwargs)
+            return self._traced(target, args, kwargs,
+                                lambda: self._in_fake_mode(target, args, kwargs))
         return self._outputs(target, args, kwargs,
                              lambda: self._on_meta(target, args, kwargs, fakes))
 
+    def _in_fake_mode(self, target: Callable[..., Any], args: tuple[Any, ...],
+                      kwargs: Mapping[str, Any]) -> Any:
+        with tracing(self.fake_mode):
+            return target(*args, **kwargs)
+
     def _on_meta(self, target: Callable[..., Any], args: tuple[Any, ...],
                  kwargs: Mapping[str, Any], fakes: list[torch.Tensor]) -> Any:
-        meta = pytree.tree_map_only(torch.Tensor, lambda v: torch.empty_strided(
-            v.shape, v.stride(), dtype=v.dtype, device="meta"), (args, kwargs))
+        meta = pytree.tree_map_only(torch.Tensor, _on_meta_device, (args, kwargs))
         devices = {v.device for v in fakes}
         device = devices.pop() if len(devices) == 1 else torch.device("cpu")
         out = target(*meta[0], **meta[1])
@@ -186,3 +186,11 @@ class Rebuild:
             state_dict=source.state_dict, range_constraints=source.range_constraints,
             module_call_graph=source.module_call_graph, example_inputs=source.example_inputs,
             constants=source.constants, verifiers=source.verifiers)
+
+
+def _on_meta_device(value: torch.Tensor) -> torch.Tensor:
+    """A meta tensor with ``value``'s sizes, strides, storage offset and dtype."""
+    extent = value.storage_offset() + sum((n - 1) * st for n, st in
+                                          zip(value.shape, value.stride(), strict=True)) + 1
+    storage = torch.empty(extent if value.numel() else 0, dtype=value.dtype, device="meta")
+    return storage.as_strided(value.shape, value.stride(), value.storage_offset())

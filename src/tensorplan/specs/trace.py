@@ -5,7 +5,8 @@ the top-level graph and every subgraph of a control-flow node (``control_flow.py
 rebinds fresh unbacked symbols to the ones the ShapeEnv already holds ranges for, so that
 ``torch._check`` bounds recorded at export time apply to the re-traced sizes.
 
-It traces with the kernel backends torch.export traces with (mkldnn, nnpack and cudnn off):
+It traces as ``frontend/fake.tracing`` says, with the kernel backends torch.export traces with
+(mkldnn, nnpack and cudnn off):
 the fake convolution kernel picks a backend, and choosing mkldnn guards on the batch size
 (``Ge(s, 16)``, decided by the example's hint), which would narrow the ShapeEnv's range of
 a dynamic batch to ``[2, 15]``. A program traced in a fresh fake mode (a loaded one: no
@@ -16,18 +17,16 @@ the range, so nothing needs restoring from ``range_constraints``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
-from torch._dispatch.python import enable_python_dispatcher
 from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, rebind_unbacked
 
 from tensorplan.errors import CaptureError, UnsupportedOpError
-from tensorplan.frontend.fake import FakeOutputs, program_shape_env
+from tensorplan.frontend.fake import FakeOutputs, program_shape_env, tracing
 from tensorplan.ops.control_flow import ControlFlowOp, control_flow_op
 from tensorplan.specs.spec import TensorSpec
 
@@ -73,14 +72,25 @@ class _Retrace(torch.fx.Interpreter):
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op == "output":
             return super().run_node(n)
+        described = control_flow_op(n)
+        if described is not None and described.stacks:
+            return self._stacked(n, described)
         if carried_spec(n) is not None:
             result, carried = n.meta.get("val"), True
         else:
             result, carried = self._execute(n), False
         self.values[self.prefix + n.name] = TracedValue(n, result, carried)
-        described = control_flow_op(n)
         if described is not None:
             self._trace_subgraphs(n, described)
+        return result
+
+    def _stacked(self, n: torch.fx.Node, described: ControlFlowOp) -> Any:
+        """A map or scan node's value from its body's one trace (listed before the body's)."""
+        key = self.prefix + n.name
+        self.values[key] = TracedValue(n, None, False)
+        body = self._trace_subgraphs(n, described)[0]
+        result = described.stacked_outputs(self.map_nodes_to_values(n.args, n), body)
+        self.values[key] = TracedValue(n, result, False)
         return result
 
     def _execute(self, n: torch.fx.Node) -> Any:
@@ -95,13 +105,16 @@ class _Retrace(torch.fx.Interpreter):
             rebind_unbacked(self.shape_env, n, result)
         return result
 
-    def _trace_subgraphs(self, n: torch.fx.Node, described: ControlFlowOp) -> None:
+    def _trace_subgraphs(self, n: torch.fx.Node, described: ControlFlowOp) -> list[Any]:
+        """Each subgraph's outputs, traced on the node's traced inputs."""
         inputs = described.traced_inputs(self.map_nodes_to_values(n.args, n))
+        outputs = []
         for graph_node in described.subgraph_nodes(n):
             submodule = self.fetch_attr(graph_node.target)
             prefix = f"{self.prefix}{graph_node.target}/"
-            _Retrace(submodule, self.shape_env, prefix, self.values, self.outputs).run(
-                *inputs, enable_io_processing=False)
+            outputs.append(_Retrace(submodule, self.shape_env, prefix, self.values,
+                                    self.outputs).run(*inputs, enable_io_processing=False))
+        return outputs
 
 
 def retrace(program: ExportedProgram) -> dict[str, TracedValue]:
@@ -118,26 +131,10 @@ def retrace(program: ExportedProgram) -> dict[str, TracedValue]:
     inputs = [_placeholder_value(n) for n in placeholders]
     values: dict[str, TracedValue] = {}
     fresh = shape_env.ignore_fresh_unbacked_symbols() if shape_env else contextlib.nullcontext()
-    # the Python dispatcher lets symbolic shapes through kernels that would otherwise read
-    # concrete sizes (constant_pad_nd's C++ kernel guards Eq(s, example) and fixes the dim);
-    # forward values need no autograd
-    with fake_mode, enable_python_dispatcher(), torch.no_grad(), fresh, _export_backends():
-        _Retrace(program.graph_module, shape_env, "", values, FakeOutputs(fake_mode)).run(
-            *inputs, enable_io_processing=False)
+    with tracing(fake_mode), fresh:
+        _Retrace(program.graph_module, shape_env, "", values,
+                 FakeOutputs.shared(fake_mode)).run(*inputs, enable_io_processing=False)
     return values
-
-
-@contextlib.contextmanager
-def _export_backends() -> Iterator[None]:
-    """The backend switches as torch.export sets them while it traces (its
-    ``_ignore_backend_decomps``): mkldnn, nnpack and cudnn off, restored on exit."""
-    backends = (torch.backends.mkldnn, torch.backends.nnpack, torch.backends.cudnn)
-    saved = [backend.set_flags(False) for backend in backends]
-    try:
-        yield
-    finally:
-        for backend, flags in zip(backends, saved, strict=True):
-            backend.set_flags(*flags)
 
 
 def _placeholder_value(node: torch.fx.Node) -> Any:

@@ -19,7 +19,7 @@ from tensorplan.analysis.liveness import GraphLifetimes, lifetimes, scheduled_no
 from tensorplan.banks.choice import Bank, BankRequest, bank_request
 from tensorplan.errors import InputError, PlanError
 from tensorplan.formats.artifact import read_artifact, write_artifact
-from tensorplan.frontend.capture import capture
+from tensorplan.frontend.capture import ProgramManager, capture
 from tensorplan.frontend.roles import Roles, read_roles
 from tensorplan.internal import stage
 from tensorplan.plan.budget import Rewrite, check_arena
@@ -158,7 +158,8 @@ def _check_alignment(alignment: int, specs: SpecTable) -> None:
                         f"multiple of {needed} B (the default is 16)")
 
 
-def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
+def compile(model_or_program: torch.nn.Module | ExportedProgram | ProgramManager | str
+            | os.PathLike[str],
             args: tuple[Any, ...] | None = None, kwargs: Mapping[str, Any] | None = None, *,
             dynamic_shapes: Any = None, algorithm: str = "auto", alignment: int = 16,
             time_limit: float | None = None, reuse: bool = True, reorder: bool = True,
@@ -169,6 +170,10 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | str | os.PathL
             pin: Mapping[str, str] | None = None,
             constants_bank: str | None = None) -> Program:
     """Capture (unless given a program), propagate, fold, order and reuse, plan and verify.
+
+    A program may be given as an ``ExportedProgram``, a ``.pt2`` path or ExecuTorch's
+    ``EdgeProgramManager`` (its ``forward`` program, in its dialect: a Cortex-M program is
+    planned and run through its ``cortex_m::`` kernels' reference implementations).
 
     ``patches`` (``patches.py``): ``None`` runs the program as exported; ``(rows, cols)`` or
     ``"auto"`` (grids 2x2, 3x3, 4x4) first rewrites it to run its high-resolution prefix patch by

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.export import ExportedProgram
@@ -163,14 +163,22 @@ def _captured(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, 
                                f"{str(strict).splitlines()[0]}") from loose
 
 
-def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
+class ProgramManager(Protocol):
+    """What holds an ``ExportedProgram`` per method (ExecuTorch's ``EdgeProgramManager``)."""
+
+    def exported_program(self, method_name: str = "forward") -> ExportedProgram: ...
+
+
+def capture(model: torch.nn.Module | ExportedProgram | ProgramManager | str | os.PathLike[str],
             args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
             dynamic_shapes: Any = None) -> ExportedProgram:
     """Export ``model`` (non-strict; strict where that fails) and decompose it to core ATen.
 
     ``model`` may be an ``nn.Module`` with example ``args``/``kwargs`` and optional
-    ``dynamic_shapes`` (as for ``torch.export.export``), an ``ExportedProgram``, or the path of
-    a ``.pt2`` file written by ``torch.export.save``. The input is never modified: the result is
+    ``dynamic_shapes`` (as for ``torch.export.export``), an ``ExportedProgram``, a program
+    manager holding one (ExecuTorch's ``EdgeProgramManager``: its ``forward`` program, kept in
+    its own dialect, e.g. a Cortex-M program of ``cortex_m::`` kernels), or the path of a
+    ``.pt2`` file written by ``torch.export.save``. The input is never modified: the result is
     a new program, or the given one when every operator in it is core ATen already (decomposing
     again would change nothing and takes seconds on a large model). A module whose non-strict
     export or decomposition fails is exported strict (TorchDynamo) instead. Any failure
@@ -184,7 +192,24 @@ def capture(model: torch.nn.Module | ExportedProgram | str | os.PathLike[str],
         return _decomposed(_load(model))
     if isinstance(model, ExportedProgram):
         return _decomposed(model)
+    if not isinstance(model, torch.nn.Module) and callable(getattr(model, "exported_program",
+                                                                   None)):
+        return _decomposed(_managed(model))
     return _captured(model, args, kwargs, dynamic_shapes)
+
+
+def _managed(manager: Any) -> ExportedProgram:
+    """The ``forward`` program of a program manager (``EdgeProgramManager``)."""
+    try:
+        program = manager.exported_program("forward")
+    except Exception as error:
+        raise CaptureError(f"capture: {type(manager).__name__} holds no 'forward' program "
+                           f"({type(error).__name__}: {error}); pass "
+                           f"manager.exported_program(<method name>)") from error
+    if not isinstance(program, ExportedProgram):
+        raise CaptureError(f"capture: {type(manager).__name__}.exported_program() returned "
+                           f"a {type(program).__name__}, not an ExportedProgram")
+    return program
 
 
 def is_core_aten(program: ExportedProgram) -> bool:

@@ -1,0 +1,120 @@
+"""Int8 programs as ExecuTorch's Cortex-M backend runs them (issue 48, item 1).
+
+A small int8 CNN through ExecuTorch 1.5.1's own Cortex-M flow (``CortexMQuantizer`` PT2E
+quantization, ``to_edge`` with ``cortex_m_edge_compile_config``, ``CortexMPassManager``, as
+its ``backends/cortex_m/test/tester.py`` does): the program is ``cortex_m::`` kernels on int8
+channels-last tensors, with CMSIS-NN scratch buffers (``alloc``). tensorplan plans it in its
+own dialect, from the program or from the ``EdgeProgramManager``, and runs it through the
+kernels' reference implementations bitwise equal to the edge program's module.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("executorch")
+
+from executorch.backends.cortex_m.edge_compile_config import (  # noqa: E402
+    cortex_m_edge_compile_config,
+)
+from executorch.backends.cortex_m.passes.cortex_m_pass_manager import (  # noqa: E402
+    CortexMPassManager,
+)
+from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer  # noqa: E402
+from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig  # noqa: E402
+from executorch.exir import EdgeProgramManager, to_edge  # noqa: E402
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
+
+import tensorplan as tp  # noqa: E402
+from tensorplan.errors import CaptureError  # noqa: E402
+
+CL = torch.channels_last
+
+
+class TinyInt8Cnn(torch.nn.Module):
+    """A stride-2 stem, an inverted residual (depthwise 3x3, pointwise 1x1, a skip add), a
+    stride-2 conv, a global average pool and a classifier: the ops of MobileNetV2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        relu6 = torch.nn.ReLU6
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), relu6())
+        self.depthwise = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, groups=8),
+                                             relu6())
+        self.pointwise = torch.nn.Conv2d(8, 8, 1)
+        self.down = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, stride=2, padding=1), relu6())
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        y = self.pointwise(self.depthwise(y)) + y
+        return self.head(self.pool(self.down(y)).flatten(1))
+
+
+def _image() -> torch.Tensor:
+    return torch.randn(1, 3, 32, 32).to(memory_format=CL)
+
+
+@pytest.fixture(scope="module")
+def cortex_m() -> tuple[EdgeProgramManager, torch.Tensor]:
+    """The Cortex-M edge program of ``TinyInt8Cnn`` (made once: the flow takes seconds) and an
+    input image."""
+    torch.manual_seed(0)
+    model, image = TinyInt8Cnn().eval(), _image()
+    logging.disable(logging.WARNING)  # the passes log every activation they do not fuse
+    try:
+        captured = torch.export.export(model, (image,), strict=True).module(check_guards=False)
+        prepared = prepare_pt2e(captured, CortexMQuantizer())
+        for _ in range(4):
+            prepared(_image())
+        quantized = torch.export.export(convert_pt2e(prepared), (image,), strict=True)
+        config = cortex_m_edge_compile_config()
+        edge = to_edge(quantized, compile_config=config)
+        program = CortexMPassManager(
+            edge.exported_program(), target_config=CortexMTargetConfig(cpu=CortexM.M55)
+        ).transform()
+    finally:
+        logging.disable(logging.NOTSET)
+    return EdgeProgramManager({"forward": program}, compile_config=config), image
+
+
+def _kernels(program: Any) -> set[str]:
+    return {node.target._op._schema.name for node in program.graph.nodes
+            if node.op == "call_function" and hasattr(node.target, "_op")}
+
+
+def test_a_cortex_m_program_plans_from_its_manager_and_runs_bitwise_equal(
+        cortex_m: tuple[EdgeProgramManager, torch.Tensor]) -> None:
+    manager, image = cortex_m
+    program = manager.exported_program()
+    assert {"cortex_m::quantized_conv2d", "cortex_m::quantized_depthwise_conv2d",
+            "cortex_m::quantized_add", "cortex_m::quantize_per_tensor"} <= _kernels(program)
+    prog = tp.compile(manager)
+    assert prog.plan.arena_bytes == tp.compile(program).plan.arena_bytes == 15_360
+    for x in (image, _image()):
+        assert torch.equal(prog.run(x), program.module()(x))
+
+
+def test_its_values_are_int8_and_its_plan_no_larger_than_executorchs(
+        cortex_m: tuple[EdgeProgramManager, torch.Tensor]) -> None:
+    manager, _ = cortex_m
+    prog = tp.compile(manager)
+    convs = [n.name for n in prog.exported_program.graph.nodes
+             if "quantized_conv2d" in str(n.target)]
+    assert len(convs) == 3 and all(prog.specs[name].dtype == torch.int8 for name in convs)
+    planned = manager.to_executorch().executorch_program.execution_plan[0]
+    assert prog.plan.arena_bytes <= sum(planned.non_const_buffer_sizes) == 15_360
+
+
+def test_a_manager_without_a_forward_program_says_what_to_pass() -> None:
+    class Methods:
+        def exported_program(self, method_name: str = "forward") -> Any:
+            raise KeyError(method_name)
+
+    with pytest.raises(CaptureError, match=r"manager.exported_program\(<method name>\)"):
+        tp.compile(Methods())

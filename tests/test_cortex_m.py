@@ -56,22 +56,47 @@ class TinyInt8Cnn(torch.nn.Module):
         return self.head(self.pool(self.down(y)).flatten(1))
 
 
-def _image() -> torch.Tensor:
-    return torch.randn(1, 3, 32, 32).to(memory_format=CL)
+class InvertedResiduals(torch.nn.Module):
+    """MobileNetV2's first layers at 64x64: a stride-2 stem of 16 channels, a block expanding
+    to 64 channels with a stride-2 depthwise conv, and a block with a skip add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        relu6, conv = torch.nn.ReLU6, torch.nn.Conv2d
+        self.stem = torch.nn.Sequential(conv(3, 16, 3, stride=2, padding=1), relu6())
+        self.block1 = torch.nn.Sequential(
+            conv(16, 64, 1), relu6(), conv(64, 64, 3, stride=2, padding=1, groups=64), relu6(),
+            conv(64, 24, 1))
+        self.block2 = torch.nn.Sequential(
+            conv(24, 96, 1), relu6(), conv(96, 96, 3, padding=1, groups=96), relu6(),
+            conv(96, 24, 1))
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.head = torch.nn.Linear(24, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block1(self.stem(x))
+        y = self.block2(y) + y
+        return self.head(self.pool(y).flatten(1))
 
 
-@pytest.fixture(scope="module")
-def cortex_m() -> tuple[EdgeProgramManager, torch.Tensor]:
-    """The Cortex-M edge program of ``TinyInt8Cnn`` (made once: the flow takes seconds) and an
-    input image."""
+def _image(size: int = 32) -> torch.Tensor:
+    return torch.randn(1, 3, size, size).to(memory_format=CL)
+
+
+Flow = tuple[EdgeProgramManager, torch.Tensor, torch.export.ExportedProgram]
+
+
+def _through_cortex_m(model: torch.nn.Module, size: int) -> Flow:
+    """``model``'s Cortex-M edge program (quantized on a few random images), an image, and
+    the PT2E program before the Cortex-M passes (dequantize, float op, quantize)."""
     torch.manual_seed(0)
-    model, image = TinyInt8Cnn().eval(), _image()
+    model, image = model.eval(), _image(size)
     logging.disable(logging.WARNING)  # the passes log every activation they do not fuse
     try:
         captured = torch.export.export(model, (image,), strict=True).module(check_guards=False)
         prepared = prepare_pt2e(captured, CortexMQuantizer())
         for _ in range(4):
-            prepared(_image())
+            prepared(_image(size))
         quantized = torch.export.export(convert_pt2e(prepared), (image,), strict=True)
         config = cortex_m_edge_compile_config()
         edge = to_edge(quantized, compile_config=config)
@@ -80,7 +105,19 @@ def cortex_m() -> tuple[EdgeProgramManager, torch.Tensor]:
         ).transform()
     finally:
         logging.disable(logging.NOTSET)
-    return EdgeProgramManager({"forward": program}, compile_config=config), image
+    return EdgeProgramManager({"forward": program}, compile_config=config), image, quantized
+
+
+@pytest.fixture(scope="module")
+def cortex_m() -> Flow:
+    """The Cortex-M program of ``TinyInt8Cnn`` at 32x32 (made once: the flow takes seconds)."""
+    return _through_cortex_m(TinyInt8Cnn(), 32)
+
+
+@pytest.fixture(scope="module")
+def blocks() -> Flow:
+    """The Cortex-M program of ``InvertedResiduals`` at 64x64."""
+    return _through_cortex_m(InvertedResiduals(), 64)
 
 
 def _kernels(program: Any) -> set[str]:
@@ -89,8 +126,8 @@ def _kernels(program: Any) -> set[str]:
 
 
 def test_a_cortex_m_program_plans_from_its_manager_and_runs_bitwise_equal(
-        cortex_m: tuple[EdgeProgramManager, torch.Tensor]) -> None:
-    manager, image = cortex_m
+        cortex_m: Flow) -> None:
+    manager, image, _ = cortex_m
     program = manager.exported_program()
     assert {"cortex_m::quantized_conv2d", "cortex_m::quantized_depthwise_conv2d",
             "cortex_m::quantized_add", "cortex_m::quantize_per_tensor"} <= _kernels(program)
@@ -98,11 +135,13 @@ def test_a_cortex_m_program_plans_from_its_manager_and_runs_bitwise_equal(
     assert prog.plan.arena_bytes == tp.compile(program).plan.arena_bytes == 15_360
     for x in (image, _image()):
         assert torch.equal(prog.run(x), program.module()(x))
+    # each kernel ran once per call and its result was copied into its planned storage
+    assert prog.stats["cortex_m.quantized_conv2d.default"] == 3 * 2
 
 
 def test_its_values_are_int8_and_its_plan_no_larger_than_executorchs(
-        cortex_m: tuple[EdgeProgramManager, torch.Tensor]) -> None:
-    manager, _ = cortex_m
+        cortex_m: Flow) -> None:
+    manager, _, _ = cortex_m
     prog = tp.compile(manager)
     convs = [n.name for n in prog.exported_program.graph.nodes
              if "quantized_conv2d" in str(n.target)]
@@ -118,3 +157,38 @@ def test_a_manager_without_a_forward_program_says_what_to_pass() -> None:
 
     with pytest.raises(CaptureError, match=r"manager.exported_program\(<method name>\)"):
         tp.compile(Methods())
+
+
+def test_patches_run_the_int8_prefix_patch_by_patch_bitwise_equal(
+        blocks: Flow) -> None:
+    """The int8 input is quantized once, whole; the stem, the first block and the second
+    block's expansion, depthwise conv, projection and skip add run 2x2 patch by patch (each
+    patch's halo read from its neighbours, the borders padded with the input's zero point),
+    and the program equals the unpatched one bit for bit."""
+    manager, image, _ = blocks
+    program = manager.exported_program()
+    whole = tp.compile(manager)
+    patched = tp.compile(manager, patches="auto")
+    chosen = patched.patching.chosen
+    assert whole.plan.arena_bytes == 86_384
+    assert (chosen.split, chosen.grid, patched.plan.arena_bytes) == \
+        ("cortex_m_quantized_add_default", (2, 2), 61_440)
+    assert 1.0 < chosen.overhead < 1.25  # the halos' multiply-adds, depthwise windows per channel
+    for x in (image, _image(64), _image(64)):
+        assert torch.equal(patched.run(x), program.module()(x))
+    assert patched.patching.stopped.startswith(
+        "the patches end at node 'cortex_m_quantized_avg_pool2d_default'")
+
+
+def test_a_program_whose_quantization_has_no_patch_rule_is_planned_as_it_stands(
+        blocks: Flow) -> None:
+    """The PT2E program before the Cortex-M passes: its input's ``quantize_per_tensor`` (the
+    ``quantized_decomposed`` dialect, float values between ops) has no patch rule, so nothing
+    is patched, no error, and ``patching`` names the node."""
+    _, image, quantized = blocks
+    prog = tp.compile(quantized, patches="auto")
+    assert prog.patching.chosen.split == ""
+    assert "reads the image and has no patch rule" in prog.patching.stopped
+    assert "quantize_per_tensor" in prog.patching.stopped
+    with torch.no_grad():
+        assert torch.equal(prog.run(image), quantized.module()(image))

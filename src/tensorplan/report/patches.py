@@ -11,11 +11,13 @@ from tensorplan.rewrite.patches import Patching
 
 def patching_table(patching: Patching) -> Table:
     """One row per candidate: split value, grid, arena (tensorplan's greedy), multiply-add
-    overhead, and which one was kept; the caption says why none was tried, when none was."""
+    overhead, and which one was kept; the caption says why none was tried, when none was, and
+    where the patches end."""
     terms = caption(("split", "grid", "multiply-adds", "kept"))
     table = Table(title=f"patch-by-patch candidates (multiply-adds within "
                         f"{patching.max_overhead:.2f}x)",
-                  caption=f"{patching.declined}\n{terms}" if patching.declined else terms,
+                  caption="\n".join(t for t in (patching.declined, patching.stopped, terms)
+                                    if t),
                   caption_justify="left")
     for column in ("split", "grid", "arena", "multiply-adds", "kept"):
         table.add_column(column, justify="right" if column in ("arena", "multiply-adds")

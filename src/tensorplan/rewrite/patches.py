@@ -46,6 +46,15 @@ from torch.export import ExportedProgram
 
 from tensorplan.errors import InputError
 from tensorplan.frontend.dim_names import dim_names
+from tensorplan.rewrite.int8 import (
+    image_positions,
+    int8_conv,
+    kernel_size,
+    macs_per_output,
+    padding_value,
+    quantizes,
+    unpadded,
+)
 from tensorplan.rewrite.rebuild import Rebuild
 
 Span = tuple[int, int]  # [start, stop) of rows or columns, maybe outside the value's extent
@@ -89,6 +98,10 @@ def _pair(value: Sequence[int] | int) -> tuple[int, int]:
 def window(node: torch.fx.Node) -> Window | None:
     """The spatial window of a 4-D op the rewrite can run patch by patch, or None."""
     op, args = node.target, node.args
+    conv8 = int8_conv(node)
+    if conv8 is not None:
+        return Window(kernel_size(node), _pair(args[conv8.stride]), _pair(args[conv8.padding]),
+                      _pair(args[conv8.dilation]), padding_value(node, conv8))
     if op is _CONV:
         weight = args[1].meta["val"]
         if args[6] or weight.dim() != 4:
@@ -158,8 +171,11 @@ def _runs_per_patch(node: torch.fx.Node) -> bool:
     if op is operator.getitem:
         return node.args[1] == 0 and node.args[0].target in (_BATCH_NORM, _MAX_POOL) \
             and _runs_per_patch(node.args[0])
-    if op in (_CONV, _MAX_POOL, _AVG_POOL, _PAD):
+    if op in (_CONV, _MAX_POOL, _AVG_POOL, _PAD) or int8_conv(node) is not None:
         return window(node) is not None
+    positions = image_positions(node)
+    if positions is not None:  # a Cortex-M pointwise kernel
+        return all(_image_of(node.args[i], _extent(node)) for i in positions)
     if op is _BATCH_NORM:
         return True
     if isinstance(op, torch._ops.OpOverload) and (torch.Tag.pointwise in op.tags
@@ -176,6 +192,9 @@ def _spatial_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
         return [node.args[0]]
     if node.target in (_CONV, _BATCH_NORM, _MAX_POOL, _AVG_POOL, _PAD):
         return [node.args[0]]
+    positions = image_positions(node)
+    if positions is not None:
+        return [node.args[i] for i in positions]
     return [a for a in node.all_input_nodes if _image_of(a, _extent(node))]
 
 
@@ -242,10 +261,10 @@ def splits(program: ExportedProgram) -> list[Split]:
             continue
         sources = _spatial_inputs(node)
         if not all((s.name in per_patch and s.name not in once)
-                   or (s.op == "placeholder" and s.name in users) for s in sources):
+                   or _is_source(s, users) for s in sources):
             continue
         per_patch[node.name] = {node.name}.union(*(per_patch[n.name] for n in deps))
-        inputs = {s.name for s in _leaves(node, per_patch, nodes, once)}
+        inputs = {s.name for s in _leaves(node, per_patch, nodes, once, users)}
         region = per_patch[node.name]
         closed = all(u.name in region for name in region - {node.name}
                      for u in nodes[name].users)
@@ -256,12 +275,23 @@ def splits(program: ExportedProgram) -> list[Split]:
     return found
 
 
+def _is_source(node: torch.fx.Node, users: Sequence[str]) -> bool:
+    """A value patches may be cut from: a user input, or a user input quantized whole by a
+    Cortex-M ``quantize_per_tensor`` (once, so the float image dies there and the patches
+    read its int8 copy, a quarter of its bytes)."""
+    if node.op == "placeholder":
+        return node.name in users
+    return quantizes(node) and node.args[0].op == "placeholder" and node.args[0].name in users
+
+
 def _leaves(node: torch.fx.Node, per_patch: Mapping[str, set[str]],
-            nodes: Mapping[str, torch.fx.Node], once: set[str]) -> Iterable[torch.fx.Node]:
-    """The graph inputs the per-patch nodes behind ``node`` read."""
+            nodes: Mapping[str, torch.fx.Node], once: set[str],
+            users: Sequence[str]) -> Iterable[torch.fx.Node]:
+    """The inputs (user inputs, quantized user inputs) the per-patch nodes behind ``node``
+    read."""
     for name in per_patch[node.name] - once:
         for source in _spatial_inputs(nodes[name]):
-            if source.op == "placeholder":
+            if _is_source(source, users):
                 yield source
 
 
@@ -342,6 +372,15 @@ def _padded(emit: _Emit, value: torch.fx.Node, have: Region, needed: Region,
         if any(pad) else value
 
 
+def _dense(emit: _Emit, value: torch.fx.Node) -> torch.fx.Node:
+    """``value`` dense in channels-last order, copied when it is not (a patch cut from a
+    wider map is strided): a Cortex-M kernel reads its image as one NHWC block."""
+    if value.meta["val"].is_contiguous(memory_format=torch.channels_last):
+        return value
+    return emit(aten.clone.default, (value,), like=value,
+                kwargs={"memory_format": torch.channels_last})
+
+
 def _windowed(emit: _Emit, node: torch.fx.Node, x: torch.fx.Node,
               env: Mapping[str, Any]) -> torch.fx.Node:
     """A windowed op on an input already padded to its region: the op without padding."""
@@ -349,6 +388,9 @@ def _windowed(emit: _Emit, node: torch.fx.Node, x: torch.fx.Node,
         return env[value.name] if isinstance(value, torch.fx.Node) else value
 
     args = [arg(a) for a in node.args]
+    conv8 = int8_conv(node)
+    if conv8 is not None:
+        return emit(node.target, (x, *unpadded(args, conv8)[1:]), like=node)
     if node.target is _CONV:
         return emit(_CONV, (x, args[1], args[2], args[3], [0, 0], args[5], False, args[7],
                             args[8]), like=node)
@@ -365,18 +407,21 @@ def _run(emit: _Emit, node: torch.fx.Node, env: dict[str, Any],
     """One per-patch node on its region ``own``, its spatial inputs cut from their regions."""
     if node.target is operator.getitem:
         return emit(operator.getitem, (env[node.args[0].name], node.args[1]), like=node)
+    dense = _dense if image_positions(node) is not None else (lambda _, value: value)
     win = window(node)
     if win is not None:
         source = node.args[0]
         x = _padded(emit, env[source.name], have[source.name], win.needs(own),
                     _extent(source), win.fill)
-        return x if node.target is _PAD else _windowed(emit, node, x, env)
+        return x if node.target is _PAD else _windowed(emit, node, dense(emit, x), env)
     images = {a.name for a in _spatial_inputs(node)}
 
     def value(a: Any) -> Any:
         if not isinstance(a, torch.fx.Node):
             return a
-        return _cut(emit, env[a.name], have[a.name], own) if a.name in images else env[a.name]
+        if a.name not in images:
+            return env[a.name]
+        return dense(emit, _cut(emit, env[a.name], have[a.name], own))
 
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
     return emit(node.target, args, like=node, kwargs=kwargs)
@@ -469,10 +514,17 @@ def patch_program(program: ExportedProgram, split: Split, grid: Grid) -> Exporte
     return emit.build.program()
 
 
+def _is_conv(node: torch.fx.Node) -> bool:
+    """An ATen or a Cortex-M int8 convolution."""
+    return node.target is _CONV or int8_conv(node) is not None
+
+
 def _conv_macs(node: torch.fx.Node, region: Region | None = None) -> int:
     """Multiply-adds of one convolution over its whole output, or over ``region`` of it."""
-    weight, out = node.args[1].meta["val"], node.meta["val"]
-    per_pixel = int(out.shape[0]) * int(out.shape[1]) * math.prod(int(d) for d in weight.shape[1:])
+    weight, out, conv8 = node.args[1].meta["val"], node.meta["val"], int8_conv(node)
+    per_output = macs_per_output(node, conv8) if conv8 is not None else \
+        math.prod(int(d) for d in weight.shape[1:])
+    per_pixel = int(out.shape[0]) * int(out.shape[1]) * per_output
     if region is None:
         return per_pixel * int(out.shape[2]) * int(out.shape[3])
     (r0, r1), (c0, c1) = region
@@ -481,12 +533,12 @@ def _conv_macs(node: torch.fx.Node, region: Region | None = None) -> int:
 
 def multiply_adds(program: ExportedProgram) -> int:
     """Multiply-adds of the program's convolutions (output elements times the window)."""
-    return sum(_conv_macs(node) for node in program.graph.nodes if node.target is _CONV)
+    return sum(_conv_macs(node) for node in program.graph.nodes if _is_conv(node))
 
 
 def _tiled_macs(split: Split, nodes: Mapping[str, torch.fx.Node], grid: Grid) -> int:
     """Multiply-adds of ``split``'s per-patch convolutions over every tile of ``grid``."""
-    convs = [nodes[name] for name in split.region if nodes[name].target is _CONV]
+    convs = [nodes[name] for name in split.region if _is_conv(nodes[name])]
     return sum(_conv_macs(conv, have[conv.name]) for row in _tile_regions(split, nodes, grid)
                for have in row for conv in convs)
 
@@ -502,7 +554,7 @@ def overhead(program: ExportedProgram, split: Split, grid: Grid) -> float:
     extra = _tiled_macs(split, nodes, grid) + sum(
         _tiled_macs(_behind(split, nodes[name].args[0].name, nodes), nodes, grid)
         for name in split.once if _reduces_space(nodes[name]))
-    convs = sum(_conv_macs(nodes[name]) for name in split.region if nodes[name].target is _CONV)
+    convs = sum(_conv_macs(nodes[name]) for name in split.region if _is_conv(nodes[name]))
     return (total - convs + extra) / total
 
 
@@ -524,6 +576,7 @@ class Patching:
     candidates: tuple[Candidate, ...]  # every one planned, the unpatched program first
     max_overhead: float  # the multiply-add budget candidates had to meet
     declined: str = ""  # why no patching was tried ("" when candidates were)
+    stopped: str = ""  # where every split ends: the first op reading the image without a rule
 
 
 AUTO_GRIDS: tuple[Grid, ...] = ((2, 2), (3, 3), (4, 4))  # the grids "auto" tries
@@ -593,4 +646,27 @@ def choose(program: ExportedProgram, patches: str | Grid, max_overhead: float,
     best = min(tried, key=lambda c: (c.arena_bytes, c.overhead))
     if best.arena_bytes >= base.arena_bytes:
         best = base
-    return programs[best], Patching(best, tuple(tried), max_overhead)
+    return programs[best], Patching(best, tuple(tried), max_overhead, stopped=stopped(program))
+
+
+def stopped(program: ExportedProgram) -> str:
+    """Why the patches end where they do: the first node, in graph order, that reads the
+    image (a user input, a quantized one, or a value made from it patch by patch) and has no
+    patch rule (a window, a pointwise image rule), named with its op; "" when none does. A
+    spatial reduction and its gate are not stops (they run once, before the patches)."""
+    users = [s.arg.name for s in program.graph_signature.input_specs
+             if s.kind.name == "USER_INPUT"]
+    reach: set[str] = set()
+    for node in program.graph.nodes:
+        if _is_source(node, users):
+            reach.add(node.name)
+            continue
+        if node.op != "call_function" or not any(a.name in reach for a in node.all_input_nodes):
+            continue
+        if _runs_per_patch(node) and all(a.name in reach for a in _spatial_inputs(node)):
+            reach.add(node.name)
+        elif not _reduces_space(node):
+            op = getattr(node.target, "__name__", str(node.target))
+            return (f"the patches end at node {node.name!r} ({op}): it reads the image and "
+                    f"has no patch rule (a window or a pointwise rule over the image)")
+    return ""

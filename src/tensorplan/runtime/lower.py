@@ -234,6 +234,14 @@ def _lower_op(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
     return Kind.FALLBACK, False, None
 
 
+def _wraps_operator(target: Any) -> bool:
+    """An operator of another dialect over a torch operator (ExecuTorch's ``EdgeOpOverload``:
+    ``cortex_m::quantized_conv2d``): it runs its functional kernel, and its tensor results
+    are copied into their planned storage like any fallback's, so the plan is what they
+    live in."""
+    return isinstance(getattr(target, "_op", None), torch._ops.OpOverload)
+
+
 def _superseded_assert(node: torch.fx.Node, prefix: str, facts: ProgramFacts) -> bool:
     """True for an assert ``sym_size(v, d) <= N`` where ``v``'s planned bound at ``d`` is above
     ``N``: torch derived it from a fake kernel's too-small bound, which ``limits.py`` widened
@@ -309,6 +317,9 @@ def lower_node(node: torch.fx.Node, prefix: str, facts: ProgramFacts,
         overwrites = over[0] if over and kind is not Kind.FALLBACK else None
     elif control_flow_op(node) is not None:
         kind, frame, kernel = Kind.CONTROL_FLOW, False, control_flow_op(node)
+    elif _wraps_operator(node.target) and not node.meta.get("unbacked_bindings") \
+            and any(s is not None for s in facts.items(name)):
+        kind, frame = Kind.FALLBACK, False  # an edge dialect's kernel, into its planned views
     else:
         sizes_only = not any(facts.is_tensor(prefix + n.name) for n in node.all_input_nodes)
         kind = Kind.SIZES if sizes_only else Kind.PLAIN

@@ -36,6 +36,7 @@ SECTIONS = (
     ("Product kernels: ExecuTorch's matrix products, measured in its runtime",
      "bench_products.py"),
     ("CNNs patch by patch: the high-resolution peak", "bench_patches.py"),
+    ("Int8 on a Cortex-M: ExecuTorch's Cortex-M programs, patch by patch", "bench_int8.py"),
     ("Transformers chunk by chunk: the token-row peak", "bench_chunks.py"),
     ("LLM exports chunked: prefill and decode, in both runtimes", "bench_decode.py"),
     ("Memory banks: the bank choice vs ExecuTorch's banked_greedy", "bench_banks.py"),

@@ -10,7 +10,8 @@ kernels' reference implementations bitwise equal to the edge program's module.
 
 from __future__ import annotations
 
-import logging
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,16 +19,9 @@ import torch
 
 pytest.importorskip("executorch")
 
-from executorch.backends.cortex_m.edge_compile_config import (  # noqa: E402
-    cortex_m_edge_compile_config,
-)
-from executorch.backends.cortex_m.passes.cortex_m_pass_manager import (  # noqa: E402
-    CortexMPassManager,
-)
-from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer  # noqa: E402
-from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig  # noqa: E402
-from executorch.exir import EdgeProgramManager, to_edge  # noqa: E402
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from cortex_m import CortexMFlow, executorch_planned_bytes, through_cortex_m  # noqa: E402
 
 import tensorplan as tp  # noqa: E402
 from tensorplan.errors import CaptureError  # noqa: E402
@@ -83,41 +77,23 @@ def _image(size: int = 32) -> torch.Tensor:
     return torch.randn(1, 3, size, size).to(memory_format=CL)
 
 
-Flow = tuple[EdgeProgramManager, torch.Tensor, torch.export.ExportedProgram]
-
-
-def _through_cortex_m(model: torch.nn.Module, size: int) -> Flow:
-    """``model``'s Cortex-M edge program (quantized on a few random images), an image, and
-    the PT2E program before the Cortex-M passes (dequantize, float op, quantize)."""
+def _flow(model: type[torch.nn.Module], size: int) -> tuple[CortexMFlow, torch.Tensor]:
+    """A ``model``'s Cortex-M flow (``benchmarks/cortex_m.py``, the bench's) and an image."""
     torch.manual_seed(0)
-    model, image = model.eval(), _image(size)
-    logging.disable(logging.WARNING)  # the passes log every activation they do not fuse
-    try:
-        captured = torch.export.export(model, (image,), strict=True).module(check_guards=False)
-        prepared = prepare_pt2e(captured, CortexMQuantizer())
-        for _ in range(4):
-            prepared(_image(size))
-        quantized = torch.export.export(convert_pt2e(prepared), (image,), strict=True)
-        config = cortex_m_edge_compile_config()
-        edge = to_edge(quantized, compile_config=config)
-        program = CortexMPassManager(
-            edge.exported_program(), target_config=CortexMTargetConfig(cpu=CortexM.M55)
-        ).transform()
-    finally:
-        logging.disable(logging.NOTSET)
-    return EdgeProgramManager({"forward": program}, compile_config=config), image, quantized
+    flow = through_cortex_m(model().eval(), lambda: _image(size))
+    return flow, _image(size)
 
 
 @pytest.fixture(scope="module")
-def cortex_m() -> Flow:
+def cortex_m() -> tuple[CortexMFlow, torch.Tensor]:
     """The Cortex-M program of ``TinyInt8Cnn`` at 32x32 (made once: the flow takes seconds)."""
-    return _through_cortex_m(TinyInt8Cnn(), 32)
+    return _flow(TinyInt8Cnn, 32)
 
 
 @pytest.fixture(scope="module")
-def blocks() -> Flow:
+def blocks() -> tuple[CortexMFlow, torch.Tensor]:
     """The Cortex-M program of ``InvertedResiduals`` at 64x64."""
-    return _through_cortex_m(InvertedResiduals(), 64)
+    return _flow(InvertedResiduals, 64)
 
 
 def _kernels(program: Any) -> set[str]:
@@ -126,8 +102,9 @@ def _kernels(program: Any) -> set[str]:
 
 
 def test_a_cortex_m_program_plans_from_its_manager_and_runs_bitwise_equal(
-        cortex_m: Flow) -> None:
-    manager, image, _ = cortex_m
+        cortex_m: tuple[CortexMFlow, torch.Tensor]) -> None:
+    flow, image = cortex_m
+    manager = flow.manager
     program = manager.exported_program()
     assert {"cortex_m::quantized_conv2d", "cortex_m::quantized_depthwise_conv2d",
             "cortex_m::quantized_add", "cortex_m::quantize_per_tensor"} <= _kernels(program)
@@ -140,14 +117,13 @@ def test_a_cortex_m_program_plans_from_its_manager_and_runs_bitwise_equal(
 
 
 def test_its_values_are_int8_and_its_plan_no_larger_than_executorchs(
-        cortex_m: Flow) -> None:
-    manager, _, _ = cortex_m
+        cortex_m: tuple[CortexMFlow, torch.Tensor]) -> None:
+    manager = cortex_m[0].manager
     prog = tp.compile(manager)
     convs = [n.name for n in prog.exported_program.graph.nodes
              if "quantized_conv2d" in str(n.target)]
     assert len(convs) == 3 and all(prog.specs[name].dtype == torch.int8 for name in convs)
-    planned = manager.to_executorch().executorch_program.execution_plan[0]
-    assert prog.plan.arena_bytes <= sum(planned.non_const_buffer_sizes) == 15_360
+    assert prog.plan.arena_bytes <= executorch_planned_bytes(manager) == 15_360
 
 
 def test_a_manager_without_a_forward_program_says_what_to_pass() -> None:
@@ -160,12 +136,13 @@ def test_a_manager_without_a_forward_program_says_what_to_pass() -> None:
 
 
 def test_patches_run_the_int8_prefix_patch_by_patch_bitwise_equal(
-        blocks: Flow) -> None:
+        blocks: tuple[CortexMFlow, torch.Tensor]) -> None:
     """The int8 input is quantized once, whole; the stem, the first block and the second
     block's expansion, depthwise conv, projection and skip add run 2x2 patch by patch (each
     patch's halo read from its neighbours, the borders padded with the input's zero point),
     and the program equals the unpatched one bit for bit."""
-    manager, image, _ = blocks
+    flow, image = blocks
+    manager = flow.manager
     program = manager.exported_program()
     whole = tp.compile(manager)
     patched = tp.compile(manager, patches="auto")
@@ -181,11 +158,12 @@ def test_patches_run_the_int8_prefix_patch_by_patch_bitwise_equal(
 
 
 def test_a_program_whose_quantization_has_no_patch_rule_is_planned_as_it_stands(
-        blocks: Flow) -> None:
+        blocks: tuple[CortexMFlow, torch.Tensor]) -> None:
     """The PT2E program before the Cortex-M passes: its input's ``quantize_per_tensor`` (the
     ``quantized_decomposed`` dialect, float values between ops) has no patch rule, so nothing
     is patched, no error, and ``patching`` names the node."""
-    _, image, quantized = blocks
+    flow, image = blocks
+    quantized = flow.quantized
     prog = tp.compile(quantized, patches="auto")
     assert prog.patching.chosen.split == ""
     assert "reads the image and has no patch rule" in prog.patching.stopped

@@ -658,7 +658,7 @@ def stopped(program: ExportedProgram) -> str:
              if s.kind.name == "USER_INPUT"]
     reach: set[str] = set()
     for node in program.graph.nodes:
-        if _is_source(node, users):
+        if _is_source(node, users) and _spatial(node):
             reach.add(node.name)
             continue
         if node.op != "call_function" or not any(a.name in reach for a in node.all_input_nodes):

@@ -42,6 +42,7 @@ import torch
 import torch.fx
 
 from tensorplan.errors import InputError
+from tensorplan.ops.control_flow import control_flow_op
 from tensorplan.rewrite.parts import is_view_value
 from tensorplan.rewrite.rebuild import Rebuild
 from tensorplan.rewrite.region import Region, emit_region, made_whole
@@ -215,18 +216,18 @@ class Loop:
 
         made = emit_region(body, self.nodes, region, (0, chunk_rows), read)
         body.graph.output((made,))
-        chunk = made.meta["val"]
-        count_val = count.meta["val"] if isinstance(count, torch.fx.Node) else count
-        with body.fake_mode:
-            stacked_val = torch.empty((count_val, *chunk.shape), dtype=chunk.dtype,
-                                      device=chunk.device)
         loop = build.graph.create_node(
             "call_function", torch.ops.higher_order.scan,
             (build.subgraph(body.graph, self._name("body")), [], list(xs.values()),
              list(extra.values())), name=self._name("scan"))
         loop.meta = {k: v for k, v in self.split.meta.items()
                      if k not in ("val", "tensor_meta", "unbacked_bindings")}
-        loop.meta["val"] = (stacked_val,)
+        scan = control_flow_op(loop)
+        assert scan is not None
+        with body.fake_mode:
+            loop.meta["val"] = scan.stacked_outputs(
+                [[node.meta["val"] for node in arg] if isinstance(arg, list) else arg
+                 for arg in loop.args], (made.meta["val"],))
         stacked = build.emit(operator.getitem, (loop, 0), like=self.split,
                              name=self._name("stacked"))
         return self._unstacked(stacked, count, rows)

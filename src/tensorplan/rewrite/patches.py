@@ -372,10 +372,12 @@ def _padded(emit: _Emit, value: torch.fx.Node, have: Region, needed: Region,
         if any(pad) else value
 
 
-def _dense(emit: _Emit, value: torch.fx.Node) -> torch.fx.Node:
-    """``value`` dense in channels-last order, copied when it is not (a patch cut from a
-    wider map is strided): a Cortex-M kernel reads its image as one NHWC block."""
-    if value.meta["val"].is_contiguous(memory_format=torch.channels_last):
+def _dense(emit: _Emit, node: torch.fx.Node, value: torch.fx.Node) -> torch.fx.Node:
+    """``value``, read by ``node``, dense in channels-last order when ``node`` is a Cortex-M
+    kernel, copied when it is not (a patch cut from a wider map is strided): such a kernel
+    reads its image as one NHWC block. Any other reader takes ``value`` as it is."""
+    if image_positions(node) is None \
+            or value.meta["val"].is_contiguous(memory_format=torch.channels_last):
         return value
     return emit(aten.clone.default, (value,), like=value,
                 kwargs={"memory_format": torch.channels_last})
@@ -407,13 +409,12 @@ def _run(emit: _Emit, node: torch.fx.Node, env: dict[str, Any],
     """One per-patch node on its region ``own``, its spatial inputs cut from their regions."""
     if node.target is operator.getitem:
         return emit(operator.getitem, (env[node.args[0].name], node.args[1]), like=node)
-    dense = _dense if image_positions(node) is not None else (lambda _, value: value)
     win = window(node)
     if win is not None:
         source = node.args[0]
         x = _padded(emit, env[source.name], have[source.name], win.needs(own),
                     _extent(source), win.fill)
-        return x if node.target is _PAD else _windowed(emit, node, dense(emit, x), env)
+        return x if node.target is _PAD else _windowed(emit, node, _dense(emit, node, x), env)
     images = {a.name for a in _spatial_inputs(node)}
 
     def value(a: Any) -> Any:
@@ -421,7 +422,7 @@ def _run(emit: _Emit, node: torch.fx.Node, env: dict[str, Any],
             return a
         if a.name not in images:
             return env[a.name]
-        return dense(emit, _cut(emit, env[a.name], have[a.name], own))
+        return _dense(emit, node, _cut(emit, env[a.name], have[a.name], own))
 
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
     return emit(node.target, args, like=node, kwargs=kwargs)

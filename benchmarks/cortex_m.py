@@ -53,12 +53,17 @@ def through_cortex_m(model: torch.nn.Module, image: Callable[[], torch.Tensor]) 
                        quantized)
 
 
-def executorch_planned_bytes(manager: object) -> int:
+def executorch_planned_bytes(manager: object, inputs_in_arena: bool = True) -> int:
     """The bytes ExecuTorch's own memory planning gives the Cortex-M program (its default
-    ``to_executorch``), lowered from a copy: ``to_executorch`` rewrites its program in place."""
-    from executorch.exir import EdgeProgramManager
+    ``to_executorch``; ``inputs_in_arena=False``: its ``alloc_graph_input=False``, the input
+    not planned), lowered from a copy: ``to_executorch`` rewrites its program in place."""
+    from executorch.exir import EdgeProgramManager, ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
 
     program = copy.deepcopy(manager.exported_program())  # type: ignore[attr-defined]
+    config = ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=inputs_in_arena))
     lowered = EdgeProgramManager({"forward": program},
-                                 compile_config=manager.compile_config).to_executorch()  # type: ignore[attr-defined]
+                                 compile_config=manager.compile_config  # type: ignore[attr-defined]
+                                 ).to_executorch(config)
     return sum(lowered.executorch_program.execution_plan[0].non_const_buffer_sizes)

@@ -157,6 +157,31 @@ def test_patches_run_the_int8_prefix_patch_by_patch_bitwise_equal(
         "the patches end at node 'cortex_m_quantized_avg_pool2d_default'")
 
 
+def test_the_image_outside_the_arena_is_counted_as_executorch_counts_it(
+        cortex_m: tuple[CortexMFlow, torch.Tensor]) -> None:
+    """With the float image in the camera's buffer (``inputs_in_arena=False``), the arena is
+    ExecuTorch's with ``alloc_graph_input=False``, and the runs stay bitwise equal."""
+    flow, image = cortex_m
+    prog = tp.compile(flow.manager, inputs_in_arena=False)
+    assert (prog.plan.arena_bytes, prog.plan.input_bytes) == (8_560, 3 * 32 * 32 * 4)
+    assert prog.plan.arena_bytes == executorch_planned_bytes(flow.manager, inputs_in_arena=False)
+    assert torch.equal(prog.run(image), flow.manager.exported_program().module()(image))
+
+
+def test_patches_chosen_by_the_arena_without_the_image(
+        blocks: tuple[CortexMFlow, torch.Tensor]) -> None:
+    """MCUNetV2's way of counting: the image not in the arena. The unpatched peak (block 1's
+    expansion) does not hold the image, so only the patches lower it: 86,384 -> 52,992 B."""
+    flow, image = blocks
+    whole = tp.compile(flow.manager, inputs_in_arena=False)
+    patched = tp.compile(flow.manager, patches="auto", inputs_in_arena=False)
+    assert whole.plan.arena_bytes == 86_384 == \
+        executorch_planned_bytes(flow.manager, inputs_in_arena=False)
+    assert patched.plan.input_bytes == 3 * 64 * 64 * 4
+    assert (patched.patching.chosen.grid, patched.plan.arena_bytes) == ((2, 2), 52_992)
+    assert torch.equal(patched.run(image), flow.manager.exported_program().module()(image))
+
+
 def test_a_program_whose_quantization_has_no_patch_rule_is_planned_as_it_stands(
         blocks: tuple[CortexMFlow, torch.Tensor]) -> None:
     """The PT2E program before the Cortex-M passes: its input's ``quantize_per_tensor`` (the

@@ -168,7 +168,7 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | ProgramManager
             max_overhead: float = MAX_PATCH_OVERHEAD, chunks: str | int | None = None,
             banks: Sequence[Bank] | None = None,
             pin: Mapping[str, str] | None = None,
-            constants_bank: str | None = None) -> Program:
+            constants_bank: str | None = None, inputs_in_arena: bool = True) -> Program:
     """Capture (unless given a program), propagate, fold, order and reuse, plan and verify.
 
     A program may be given as an ``ExportedProgram``, a ``.pt2`` path or ExecuTorch's
@@ -199,6 +199,12 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | ProgramManager
     constants are read from ``constants_bank`` (default: the slowest) and take its capacity.
     Without ``banks``: one arena.
 
+    ``inputs_in_arena=False`` (ExecuTorch's ``alloc_graph_input=False``): the user inputs are
+    placed in a buffer of their own right after the arena (``plan.input_bytes``; on a device,
+    the camera's frame buffer), not counted in ``plan.arena_bytes``, and the rewrites choose
+    by the arena so counted. Nothing is made over an input in place either way. Not with
+    ``banks``: there, pin the inputs to a bank of their own.
+
     ``reuse``, ``reorder`` and ``fold`` switch the bound-lowering steps (``schedule.py``);
     ``planner_params`` tunes the planners (None: the defaults). Dynamic dims are planned at
     their upper bounds. The returned plan has been verified. ``max_arena_bytes``: an arena
@@ -210,7 +216,11 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | ProgramManager
     """
     with stage("capture"):
         program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
-    candidates = Candidates(alignment, ScheduleOptions(reuse, reorder, fold))
+    if not inputs_in_arena and banks is not None:
+        raise InputError("compile: inputs_in_arena=False places the inputs after the one arena; "
+                         "with banks=, pin each input to a bank of its own instead "
+                         "(pin={'x': 'frame'})")
+    candidates = Candidates(alignment, ScheduleOptions(reuse, reorder, fold), inputs_in_arena)
 
     def chunked(candidate: ExportedProgram) -> tuple[ExportedProgram, Chunking]:
         with stage("chunks", candidate):
@@ -228,7 +238,8 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | ProgramManager
     ready = candidates.prepare(program)
     roles, specs, chosen, lives = ready.roles, ready.specs, ready.chosen, ready.lives
     options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,
-                          params=PlannerParams() if planner_params is None else planner_params)
+                          params=PlannerParams() if planner_params is None else planner_params,
+                          inputs_in_arena=inputs_in_arena)
     request = None
     if banks is not None or pin or constants_bank is not None:
         if banks is None:
@@ -266,10 +277,12 @@ class _Prepared:
 class Candidates:
     """The programs a compile plans from (as exported, patched, chunked), each prepared once:
     its roles, specs, schedule and lifetimes (``prepare``), and its greedy arena (``arena_of``,
-    what the rewrites choose by)."""
+    what the rewrites choose by: the inputs counted in it or not, as the compile's plan)."""
 
-    def __init__(self, alignment: int, switches: ScheduleOptions) -> None:
+    def __init__(self, alignment: int, switches: ScheduleOptions,
+                 inputs_in_arena: bool = True) -> None:
         self.alignment, self.switches = alignment, switches
+        self.inputs_in_arena = inputs_in_arena
         self._prepared: dict[int, tuple[ExportedProgram, _Prepared]] = {}  # id -> (it, its)
 
     def prepare(self, candidate: ExportedProgram) -> _Prepared:
@@ -283,7 +296,8 @@ class Candidates:
         """The arena tensorplan's greedy plans for the candidate."""
         ready = self.prepare(candidate)
         return _planned(ready.lives, ready.chosen,
-                        PlanOptions(algorithm="greedy", alignment=self.alignment)).arena_bytes
+                        PlanOptions(algorithm="greedy", alignment=self.alignment,
+                                    inputs_in_arena=self.inputs_in_arena)).arena_bytes
 
 
 def untried_rewrites(program: ExportedProgram, candidates: Candidates, patches: bool,

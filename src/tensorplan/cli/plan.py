@@ -27,6 +27,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="offset alignment in bytes (default 16)")
     parser.add_argument("--max-arena", type=options.byte_count, default=None, metavar="N",
                         help="fail (exit 2) unless the arena fits N bytes (262144, 256KiB, 1.5MB)")
+    parser.add_argument("--inputs-outside", action="store_true",
+                        help="place the inputs in a buffer of their own after the arena (a "
+                             "camera's frame buffer), not counted in it")
     options.add_switches(parser, _SWITCHES, "plan")
     parser.add_argument("--patches", type=options.patches, default=None, metavar="auto|RxC",
                         help="run the high-resolution prefix patch by patch: auto, or a grid "
@@ -99,7 +102,8 @@ def _rewrites(program: Program, args: argparse.Namespace) -> tuple[Rewrite, ...]
     from tensorplan.schedule.schedule import ScheduleOptions
 
     candidates = Candidates(program.plan.alignment,
-                            ScheduleOptions(args.reuse, args.reorder, args.fold))
+                            ScheduleOptions(args.reuse, args.reorder, args.fold),
+                            not args.inputs_outside)
     return untried_rewrites(program.exported_program, candidates, args.patches is None,
                             args.chunks is None)
 

@@ -58,6 +58,8 @@ def compile_options(args: argparse.Namespace) -> CompileOptions | None:
         for key in ("algorithm", "alignment")
         if (value := getattr(args, key)) is not None
     }
+    if getattr(args, "inputs_outside", False):
+        given["inputs_in_arena"] = False
     switches = ScheduleOptions(args.reuse, args.reorder, args.fold)
     chosen = banks(getattr(args, "bank", None))
     pins = tuple(getattr(args, "pin", ()))
@@ -116,7 +118,8 @@ def _options(params: CompileOptions | None) -> dict[str, Any]:
     return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit,
             "planner_params": p.params, "reuse": s.reuse, "reorder": s.reorder, "fold": s.fold,
             "patches": options.patches, "chunks": options.chunks, "banks": options.banks,
-            "pin": dict(options.pin) or None, "constants_bank": options.constants_bank}
+            "pin": dict(options.pin) or None, "constants_bank": options.constants_bank,
+            "inputs_in_arena": p.inputs_in_arena}
 
 
 def load_exported(path: str, *, command: str) -> ExportedProgram:

@@ -173,7 +173,8 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
     Holds ``schema``/``version``, ``model`` (name, user inputs and outputs, node count), the
     plan's numbers (``arena_bytes``, ``lower_bound_bytes``, ``alignment``, ``algorithm``,
     ``optimal``, ``baseline_bound_bytes``, ``order``, ``constant_bytes``,
-    ``baseline_constant_bytes``), ``symbolic`` (for a program with dynamic dims: the
+    ``baseline_constant_bytes``; ``input_bytes`` when the inputs are outside the arena),
+    ``symbolic`` (for a program with dynamic dims: the
     expressions of ``_symbolic``), ``banks`` (each memory bank's ``BankPlan`` fields; absent
     for one arena, as are the storages' ``bank`` and ``traffic``) with ``traffic_cost``,
     ``traffic_cost_bound`` and ``served_bound_bytes``,
@@ -199,6 +200,7 @@ def encode_plan(exported_program: ExportedProgram, roles: Roles, specs: SpecTabl
         "order": plan.order,
         "constant_bytes": plan.constant_bytes,
         "baseline_constant_bytes": plan.baseline_constant_bytes,
+        **({"input_bytes": plan.input_bytes} if plan.input_bytes else {}),
         **_banks(plan),
         **_symbolic(plan),
         "schedule": _schedule(schedule),
@@ -337,7 +339,8 @@ def decode_plan(document: Fields) -> MemoryPlan:
                       traffic_cost=document.optional("traffic_cost", float, 0.0),
                       traffic_cost_bound=document.optional("traffic_cost_bound", float, 0.0),
                       served_bound_bytes=document.optional("served_bound_bytes", int, 0),
-                      symbolic=_decode_symbolic(document))
+                      symbolic=_decode_symbolic(document),
+                      input_bytes=document.optional("input_bytes", int, 0))
     _check_symbolic_keys(plan, document.where)
     verify_decoded(plan, f"{document.where}: the saved plan is invalid")
     return plan

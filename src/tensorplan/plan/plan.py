@@ -41,6 +41,8 @@ class PlanOptions:
     alignment: int = 16             # every offset is a multiple of it, sizes rounded up to it
     time_limit: float | None = None  # seconds for the optimal search (None: planner default)
     params: PlannerParams = PlannerParams()  # the planners' tuning constants and pruning switches
+    inputs_in_arena: bool = True    # False: the user inputs in a buffer of their own after the
+    #                                 arena (a camera's frame buffer), not counted in it
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,9 @@ class MemoryPlan:
     #                                         slowest bank
     symbolic: SymbolicPlan | None = None    # offsets and arena as functions of the dynamic
     #                                         dims (None: a static program, or banks)
+    input_bytes: int = 0                    # the user inputs' own buffer, right after the
+    #                                         arena and not counted in it (0: the inputs are in
+    #                                         the arena; ``PlanOptions.inputs_in_arena``)
 
     def __repr__(self) -> str:
         """One line: the arena and its bound, what was placed and how, the dims' ranges and
@@ -132,7 +137,15 @@ class MemoryPlan:
         if self.symbolic is not None:
             parts.append(f"dims {self.symbolic.listed()}")
         parts += [f"bank {bank.name} {bank.arena_bytes:,} B" for bank in self.banks]
+        if self.input_bytes:
+            parts.append(f"inputs outside the arena {self.input_bytes:,} B")
         return f"MemoryPlan({', '.join(parts)})"
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes of the one buffer the Python runtime allocates: the arena (every bank's),
+        then the inputs' own buffer when they are outside it."""
+        return self.arena_bytes + self.input_bytes
 
     def at(self, **dims: int) -> MemoryPlan:
         """The concrete plan at these sizes, by Dim name (a dim not given: its upper bound):
@@ -220,6 +233,7 @@ class MemoryPlan:
                             | {r.graph for r in self.regions}):
             for bank in self._banks_of(graph):
                 found += self._graph_violations(graph, bank)
+        found += self._input_violations()
         for bank in self.banks:
             if bank.capacity is not None and bank.arena_bytes + bank.constant_bytes \
                     > bank.capacity:
@@ -237,6 +251,22 @@ class MemoryPlan:
                     [s.size for s in inside], [s.offset for s in inside],
                     labels=[s.id for s in inside],
                     names=[f"storage {s.id} of {sub!r}" for s in inside])
+        return found
+
+    def _input_violations(self) -> list[Violation]:
+        """With the inputs outside the arena: every input storage in their buffer (at or
+        above ``arena_bytes``), every other storage below it."""
+        if not self.input_bytes:
+            return []
+        found = []
+        for s in self.storages.values():
+            if not s.graph and (s.kind == "input") != (s.offset >= self.arena_bytes):
+                where = "the inputs' buffer" if s.kind == "input" else "the arena"
+                found.append(Violation(
+                    ViolationKind.OUT_OF_ARENA, (s.id,),
+                    f"storage {s.id} ({s.kind}, bytes {s.offset}..{s.offset + s.size}) is not "
+                    f"in {where}: the arena ends at {self.arena_bytes}, the inputs' buffer at "
+                    f"{self.buffer_bytes}"))
         return found
 
     def _symbolic_violations(self) -> list[Violation]:
@@ -276,7 +306,7 @@ class MemoryPlan:
         where = f"subgraph {graph!r}" if graph else "the top-level graph"
         if bank:
             where += f", bank {bank!r}"
-        arena = next((b.arena_bytes for b in self.banks if b.name == bank), self.arena_bytes)
+        arena = next((b.arena_bytes for b in self.banks if b.name == bank), self.buffer_bytes)
         return [replace(v, message=f"{where}: {v.message}")
                 for v in find_violations(sizes, starts, ends, offsets, self.alignment,
                                          arena, labels=labels, names=names)]
@@ -368,11 +398,24 @@ def draft_plan(lives: Mapping[str, GraphLifetimes], alias: AliasTable,
     """Place every storage of every graph in one arena, unverified: for comparing candidate
     schedules (``schedule.py``), whose drafts are thrown away. Use ``plan_memory`` for a plan
     anything will run."""
+    outside = () if options.inputs_in_arena else \
+        tuple(lt for lt in lives[""].lifetimes if alias.storages[lt.storage].kind == "input")
+    if outside:
+        own = lives[""]
+        lives = {**lives, "": replace(own, lifetimes=tuple(lt for lt in own.lifetimes
+                                                           if lt not in outside))}
     top = _plan_graph("", lives, alias, options)
+    storages, end = dict(top.storages), top.placement.peak
+    for lt in outside:  # the inputs' buffer: each input after the last, from the arena's end
+        storage = alias.storages[lt.storage]
+        storages[lt.storage] = PlannedStorage(lt.storage, end, _aligned(storage.nbytes, options),
+                                              lt.start, lt.end, storage.kind, "",
+                                              storage.values)
+        end += storages[lt.storage].size
     return MemoryPlan(arena_bytes=top.placement.peak, lower_bound_bytes=top.placement.lower_bound,
                       algorithm=top.placement.algorithm, alignment=options.alignment,
-                      optimal=top.placement.optimal, storages=top.storages,
-                      regions=tuple(top.regions))
+                      optimal=top.placement.optimal, storages=storages,
+                      regions=tuple(top.regions), input_bytes=end - top.placement.peak)
 
 
 def _banked_plan(lives: Mapping[str, GraphLifetimes], alias: AliasTable, options: PlanOptions,

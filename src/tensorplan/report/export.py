@@ -126,6 +126,7 @@ def _header_numbers(prefix: str, plan: MemoryPlan) -> list[str]:
         f"#define {prefix}_LOWER_BOUND_BYTES {plan.lower_bound_bytes}u",
         f"#define {prefix}_ALIGNMENT {plan.alignment}u",
         f"#define {prefix}_NUM_STORAGES {len(plan.storages)}u",
+        *([f"#define {prefix}_INPUT_BYTES {plan.input_bytes}u"] if plan.input_bytes else []),
     ]
 
 
@@ -140,6 +141,10 @@ def plan_to_c_header(program: Program, name: str = "model") -> str:
     ``c_values.value_table``): ``<NAME>_NUM_VALUES`` and ``<name>_values``, one
     ``tensorplan_value_t`` per planned value (name, storage, offset, size, lifetime, dtype code,
     kind, rank, upper-bound shape, dim order), with ``<name>_graphs`` naming the graphs.
+
+    With the inputs outside the arena (``compile(inputs_in_arena=False)``), ``_INPUT_BYTES``
+    is the size of their own buffer, laid out right after the arena: an input storage's
+    offset minus ``_ARENA_BYTES`` is its offset in that buffer.
 
     With memory banks, ``_ARENA_BYTES`` is their sum and offsets are from the start of each
     storage's bank: ``<NAME>_NUM_BANKS``, and per bank ``<NAME>_BANK_<BANK>_ID``,

@@ -83,4 +83,5 @@ def plan_numbers(plan: MemoryPlan, at: Mapping[str, int] | None = None) -> list[
         ("alignment", f"{plan.alignment} B"),
         ("storages", _kinds(plan)),
         ("regions", str(len(plan.regions))),
+        *([("inputs outside", bytes_text(plan.input_bytes))] if plan.input_bytes else []),
     ]

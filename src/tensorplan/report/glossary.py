@@ -26,6 +26,8 @@ GLOSSARY = {  # term (as the reports label it) -> what it means, in one line
                       "what the schedule saved",
     "order": "the node order the plan follows: exported, or the memory-aware one chosen",
     "constants": "bytes of the weights and constants the runs read, outside the arena",
+    "inputs outside": "bytes of the inputs' own buffer, right after the arena and not counted "
+                      "in it (compile(inputs_in_arena=False), as a camera's frame buffer)",
     "algorithm": "the planner that placed the storages",
     "optimal": "whether the planner proved that no placement of these storages is smaller",
     "alignment": "every offset is a multiple of it, and every size is rounded up to it",

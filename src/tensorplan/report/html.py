@@ -230,6 +230,7 @@ def page_data(plan: MemoryPlan, subject: Subject) -> dict[str, Any]:
         "instance": subject.instance,
         "placeholders": subject.placeholders,
         "arena": plan.arena_bytes,
+        "input_bytes": plan.input_bytes,
         "lower_bound": plan.lower_bound_bytes,
         "x": [first_step(plan), graph_steps(plan, "")],
         "peak": {"step": top.step, "bytes": top.live_bytes, "storages": list(top.storages),

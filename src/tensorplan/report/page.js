@@ -349,7 +349,9 @@
 
   function arenaOf(p) { return p.info ? p.info.arena : data.arena; }
   function boundOf(p) { return p.info ? p.info.lower_bound : data.lower_bound; }
-  function yExtent(p) { return Math.max(arenaOf(p), boundOf(p), 1) * 1.08; }
+  function yExtent(p) {  // the inputs' own buffer (data.input_bytes) sits above the arena
+    return Math.max(arenaOf(p) + (p.info ? 0 : data.input_bytes), boundOf(p), 1) * 1.08;
+  }
 
   function resetPanels() {
     for (const p of panels) { p.y0 = 0; p.y1 = yExtent(p); }

@@ -203,6 +203,15 @@ def _capacity(ax: Any, bank: BankPlan, top: float) -> list[Any]:
                        label=f"capacity {human_bytes(bank.capacity)}")]
 
 
+def _inputs_outside(ax: Any, plan: MemoryPlan) -> list[Any]:
+    """The arena's end as a solid line when the inputs sit in their own buffer above it."""
+    if not plan.input_bytes:
+        return []
+    return [ax.axhline(plan.arena_bytes, color="#333333", linewidth=1.5,
+                       label=f"arena's end: the inputs' own buffer above, "
+                             f"{human_bytes(plan.input_bytes)}")]
+
+
 def _steps_label(subject: Subject) -> str:
     """The time axis's label; a model's says which steps only bind its placeholders."""
     if subject.instance:
@@ -218,13 +227,13 @@ def _axis(ax: Any, plan: MemoryPlan, maps: dict[str, XMap], bank: BankPlan | Non
     """One axis: the storages and regions of ``bank`` (all of them without banks), its bound,
     the peak band and where the rewrites run; returns the marks for its legend."""
     name = bank.name if bank else ""
-    arena = bank.arena_bytes if bank else plan.arena_bytes
+    arena = bank.arena_bytes if bank else plan.buffer_bytes
     bound = bank.lower_bound_bytes if bank else plan.lower_bound_bytes
     top = max(arena, bound, 1) * 1.08
     _draw_storages(ax, plan, maps, name)
     _draw_regions(ax, plan, maps, name)
     marks = _marks(ax, plan, bound) + (_capacity(ax, bank, top) if bank else []) + \
-        _rewrite_spans(ax, subject)
+        _inputs_outside(ax, plan) + _rewrite_spans(ax, subject)
     ax.set_xlim(first_step(plan), graph_steps(plan, ""))
     ax.set_ylim(0, top)
     ax.set_ylabel(f"offset in bank {name}" if bank else "arena offset")

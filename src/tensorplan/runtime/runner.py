@@ -85,8 +85,8 @@ class Runner:
         self.stats = RunStats()
         self.grows = arena == "grow" and plan.symbolic is not None and _state_stays(plan)
         self.constants = {**constant_tensors(program, roles), **folded.kept}
-        self._build(Arena(plan.at(**_lowest(plan)).arena_bytes if self.grows
-                          else plan.arena_bytes))
+        self._build(Arena(plan.at(**_lowest(plan)).buffer_bytes if self.grows
+                          else plan.buffer_bytes))
         slot_of = {node.name: slot for node, slot in self.graph.slots.items()}
         self.input_slots = [slot_of[name] for name in roles.user_inputs]
         self.state_slots = {buffer: slot_of[placeholder]
@@ -105,7 +105,7 @@ class Runner:
 
     def _fit(self, bindings: Mapping) -> None:
         """Grow the arena to what these sizes need, keeping its bytes (the state's)."""
-        needed = self.views.plan_at(bindings).arena_bytes
+        needed = self.views.plan_at(bindings).buffer_bytes
         if needed <= self.arena.nbytes:
             return
         grown = Arena(needed)

@@ -142,9 +142,10 @@ def _stacked(order: Sequence[Any], sizes: Mapping[Any, SizeExpr],
 def plan_symbolic(plan: MemoryPlan, program: ExportedProgram, specs: SpecTable,
                   alias: AliasTable, roles: Roles) -> SymbolicPlan | None:
     """The symbolic plan of a concrete plan made at the upper bounds (None for a program
-    without dynamic dims, and for a plan with memory banks, which stays at its bounds)."""
+    without dynamic dims, and for a plan with memory banks or with the inputs outside the
+    arena, which stays at its bounds)."""
     found = _dims(program, specs, roles)
-    if not found or plan.banks:
+    if not found or plan.banks or plan.input_bytes:
         return None
     dims = tuple(sorted(found.values(), key=lambda d: d.name))
     names = {symbol: dim.name for symbol, dim in found.items()}

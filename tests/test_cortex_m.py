@@ -150,6 +150,7 @@ def test_patches_run_the_int8_prefix_patch_by_patch_bitwise_equal(
     assert whole.plan.arena_bytes == 86_384
     assert (chosen.split, chosen.grid, patched.plan.arena_bytes) == \
         ("cortex_m_quantized_add_default", (2, 2), 61_440)
+    assert chosen.source == "cortex_m_quantize_per_tensor_default"  # the image quantized whole
     assert 1.0 < chosen.overhead < 1.25  # the halos' multiply-adds, depthwise windows per channel
     for x in (image, _image(64), _image(64)):
         assert torch.equal(patched.run(x), program.module()(x))
@@ -171,14 +172,18 @@ def test_the_image_outside_the_arena_is_counted_as_executorch_counts_it(
 def test_patches_chosen_by_the_arena_without_the_image(
         blocks: tuple[CortexMFlow, torch.Tensor]) -> None:
     """MCUNetV2's way of counting: the image not in the arena. The unpatched peak (block 1's
-    expansion) does not hold the image, so only the patches lower it: 86,384 -> 52,992 B."""
+    expansion) does not hold the image, so only the patches lower it, each patch quantized
+    from the float image's patch (no whole int8 copy) and each kernel call with a scratch
+    buffer of its own: 86,384 -> 38,896 B. With the image in the arena it is quantized whole
+    first instead (it dies there): 61,440 B."""
     flow, image = blocks
     whole = tp.compile(flow.manager, inputs_in_arena=False)
     patched = tp.compile(flow.manager, patches="auto", inputs_in_arena=False)
     assert whole.plan.arena_bytes == 86_384 == \
         executorch_planned_bytes(flow.manager, inputs_in_arena=False)
     assert patched.plan.input_bytes == 3 * 64 * 64 * 4
-    assert (patched.patching.chosen.grid, patched.plan.arena_bytes) == ((2, 2), 52_992)
+    chosen = patched.patching.chosen
+    assert (chosen.grid, chosen.source, patched.plan.arena_bytes) == ((2, 2), "x", 38_896)
     assert torch.equal(patched.run(image), flow.manager.exported_program().module()(image))
 
 

@@ -242,9 +242,9 @@ def test_cli_plan_prints_the_candidates(capsys) -> None:
     assert main(["plan", "zoo:convnet", "--patches", "2x2"]) == 0
     output = capsys.readouterr().out
     assert "patch-by-patch candidates (multiply-adds within 1.25x)" in output
-    assert "│ (as exported) │ 1x1  │ 393,216 B (384.0 KiB) │" in output
+    assert "│ (as exported) │          │ 1x1  │ 393,216 B (384.0 KiB) │" in output
     kept = next(line for line in output.splitlines() if line.rstrip().endswith("yes  │"))
-    assert "2x2" in kept and "262,144 B" in kept
+    assert "│ relu_2        │ x        │ 2x2  │ 262,144 B (256.0 KiB) │" in kept
     assert "grid: patch rows x columns of the split value" in output  # each column explained
 
 

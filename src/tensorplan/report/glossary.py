@@ -46,6 +46,8 @@ GLOSSARY = {  # term (as the reports label it) -> what it means, in one line
     "split": "the value a patched prefix ends at: it is made tile by tile, the layers after "
              "it run on it whole",
     "grid": "patch rows x columns of the split value",
+    "cut from": "the value every patch is cut from: the input image, or its int8 copy made "
+                "whole before the patches",
     "multiply-adds": "the convolutions' or matmuls' multiply-adds over the program's as "
                      "exported: what the halos of patches or the steps of chunks add",
     "chunks": "how many pieces of token rows each region runs in (as exported: one)",

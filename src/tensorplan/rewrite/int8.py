@@ -14,11 +14,14 @@ them:
   depth_multiplier, input_offset, ...)``: the weight is ``[1, kh, kw, out]``, one window per
   output channel;
 - ``quantized_add(self, ..., other, ...)``: pointwise on its images, arguments 0 and 4;
-- ``quantize_per_tensor(input, ...)`` of the float input image: run once, whole, before the
-  patches, which are cut from its int8 result.
+- ``quantize_per_tensor(input, ...)`` of the float input image: pointwise on argument 0. The
+  patch rewrite tries it both ways: run once, whole, before the patches, which are cut from
+  its int8 result (the float image dies there: best when it is in the arena), and run per
+  patch on the float image's patches (no whole int8 copy: best when the image is outside).
 
-A kernel's scratch buffer (its last argument, an ``alloc`` whose size CMSIS-NN computes from the
-channels and the kernel's size, not the image's) is passed to each patch as it is.
+A kernel's scratch buffer (its schema's ``scratch`` argument, an ``alloc`` whose size CMSIS-NN
+computes from the channels and the kernel's size, not the image's) is made anew for each patch's
+call, so it lives only while that call runs.
 """
 
 from __future__ import annotations
@@ -45,16 +48,27 @@ _CONVS = {
     "cortex_m::quantized_conv2d": Int8Conv(3, 4, 5, 6, depthwise=False),
     "cortex_m::quantized_depthwise_conv2d": Int8Conv(3, 4, 5, 7, depthwise=True),
 }
+_QUANTIZE = "cortex_m::quantize_per_tensor"
 _POINTWISE = {  # the positions of the arguments that carry the image
     "cortex_m::quantized_add": (0, 4),
+    _QUANTIZE: (0,),
 }
-_QUANTIZE = "cortex_m::quantize_per_tensor"
 
 
 def schema_name(target: Any) -> str | None:
     """The qualified schema name of an operator (an ATen or an ExecuTorch edge overload)."""
     schema = getattr(target, "_schema", None)
     return getattr(schema, "name", None)
+
+
+def scratch_position(node: torch.fx.Node) -> int | None:
+    """The position of a kernel's ``scratch`` argument (CMSIS-NN's working buffer, made for
+    that one call), from its schema; None for a node without one."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    if "scratch" not in names or names.index("scratch") >= len(node.args):
+        return None
+    return names.index("scratch")
 
 
 def quantizes(node: torch.fx.Node) -> bool:

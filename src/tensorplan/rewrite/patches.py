@@ -53,6 +53,7 @@ from tensorplan.rewrite.int8 import (
     macs_per_output,
     padding_value,
     quantizes,
+    scratch_position,
     unpadded,
 )
 from tensorplan.rewrite.rebuild import Rebuild
@@ -234,10 +235,11 @@ def _runs_once(node: torch.fx.Node, once: set[str], constants: set[str]) -> bool
         n.name in once or n.name in constants for n in inputs)
 
 
-def splits(program: ExportedProgram) -> list[Split]:
+def splits(program: ExportedProgram, whole_quantize: bool = True) -> list[Split]:
     """Every value where the network can be split, in graph order: the nodes before it that
     run per patch (or once: spatial reductions and their gates) are read by nothing after
-    it, and they read one 4-D user input."""
+    it, and they read one 4-D user input (``whole_quantize``: or its Cortex-M quantized copy,
+    made once, whole; else the quantize runs per patch like any pointwise kernel)."""
     graph = program.graph
     users = [s.arg.name for s in program.graph_signature.input_specs
              if s.kind.name == "USER_INPUT"]
@@ -251,6 +253,8 @@ def splits(program: ExportedProgram) -> list[Split]:
                 n.name in constants for n in node.all_input_nodes):
             constants.add(node.name)  # a weight's transpose: it runs once, as exported
             continue
+        if node.op != "placeholder" and _is_source(node, users, whole_quantize):
+            continue  # the image quantized whole, once: the patches are cut from it
         deps = [n for n in node.all_input_nodes if n.name in per_patch]
         if (_reduces_space(node) and node.args[0].name in per_patch
                 and node.args[0].name not in once) or _runs_once(node, once, constants):
@@ -261,10 +265,10 @@ def splits(program: ExportedProgram) -> list[Split]:
             continue
         sources = _spatial_inputs(node)
         if not all((s.name in per_patch and s.name not in once)
-                   or _is_source(s, users) for s in sources):
+                   or _is_source(s, users, whole_quantize) for s in sources):
             continue
         per_patch[node.name] = {node.name}.union(*(per_patch[n.name] for n in deps))
-        inputs = {s.name for s in _leaves(node, per_patch, nodes, once, users)}
+        inputs = {s.name for s in _leaves(node, per_patch, nodes, once, users, whole_quantize)}
         region = per_patch[node.name]
         closed = all(u.name in region for name in region - {node.name}
                      for u in nodes[name].users)
@@ -275,23 +279,24 @@ def splits(program: ExportedProgram) -> list[Split]:
     return found
 
 
-def _is_source(node: torch.fx.Node, users: Sequence[str]) -> bool:
-    """A value patches may be cut from: a user input, or a user input quantized whole by a
-    Cortex-M ``quantize_per_tensor`` (once, so the float image dies there and the patches
-    read its int8 copy, a quarter of its bytes)."""
+def _is_source(node: torch.fx.Node, users: Sequence[str], whole_quantize: bool = True) -> bool:
+    """A value patches may be cut from: a user input, or (``whole_quantize``) a user input
+    quantized whole by a Cortex-M ``quantize_per_tensor`` (once, so the float image dies there
+    and the patches read its int8 copy, a quarter of its bytes)."""
     if node.op == "placeholder":
         return node.name in users
-    return quantizes(node) and node.args[0].op == "placeholder" and node.args[0].name in users
+    return whole_quantize and quantizes(node) and node.args[0].op == "placeholder" \
+        and node.args[0].name in users
 
 
 def _leaves(node: torch.fx.Node, per_patch: Mapping[str, set[str]],
             nodes: Mapping[str, torch.fx.Node], once: set[str],
-            users: Sequence[str]) -> Iterable[torch.fx.Node]:
+            users: Sequence[str], whole_quantize: bool) -> Iterable[torch.fx.Node]:
     """The inputs (user inputs, quantized user inputs) the per-patch nodes behind ``node``
     read."""
     for name in per_patch[node.name] - once:
         for source in _spatial_inputs(nodes[name]):
-            if _is_source(source, users):
+            if _is_source(source, users, whole_quantize):
                 yield source
 
 
@@ -383,11 +388,33 @@ def _dense(emit: _Emit, node: torch.fx.Node, value: torch.fx.Node) -> torch.fx.N
                 kwargs={"memory_format": torch.channels_last})
 
 
+def _own_scratch(emit: _Emit, node: torch.fx.Node) -> dict[str, torch.fx.Node]:
+    """A kernel's scratch buffer made anew for this one call (its name -> the new one), so
+    each patch's lives only while its call runs; {} for a node without one."""
+    position = scratch_position(node)
+    if position is None:
+        return {}
+    scratch = node.args[position]
+    return {scratch.name: emit(scratch.target, scratch.args, like=scratch, kwargs=scratch.kwargs)}
+
+
+def _only_scratch(node: torch.fx.Node, prefix: set[str]) -> bool:
+    """``node`` is read only as the scratch buffer of per-patch kernels (each patch makes its
+    own)."""
+    return bool(node.users) and all(
+        user.name in prefix and (position := scratch_position(user)) is not None
+        and user.args[position] is node for user in node.users)
+
+
 def _windowed(emit: _Emit, node: torch.fx.Node, x: torch.fx.Node,
               env: Mapping[str, Any]) -> torch.fx.Node:
     """A windowed op on an input already padded to its region: the op without padding."""
+    fresh = _own_scratch(emit, node)
+
     def arg(value: Any) -> Any:
-        return env[value.name] if isinstance(value, torch.fx.Node) else value
+        if not isinstance(value, torch.fx.Node):
+            return value
+        return fresh[value.name] if value.name in fresh else env[value.name]
 
     args = [arg(a) for a in node.args]
     conv8 = int8_conv(node)
@@ -416,10 +443,13 @@ def _run(emit: _Emit, node: torch.fx.Node, env: dict[str, Any],
                     _extent(source), win.fill)
         return x if node.target is _PAD else _windowed(emit, node, _dense(emit, node, x), env)
     images = {a.name for a in _spatial_inputs(node)}
+    fresh = _own_scratch(emit, node)
 
     def value(a: Any) -> Any:
         if not isinstance(a, torch.fx.Node):
             return a
+        if a.name in fresh:
+            return fresh[a.name]
         if a.name not in images:
             return env[a.name]
         return _dense(emit, node, _cut(emit, env[a.name], have[a.name], own))
@@ -510,7 +540,7 @@ def patch_program(program: ExportedProgram, split: Split, grid: Grid) -> Exporte
     for node in program.graph.nodes:
         if node.name == split.node:
             emit.build.env[node.name] = _patches(emit, program, split, grid)
-        elif node.name not in prefix:
+        elif node.name not in prefix and not _only_scratch(node, prefix):
             emit.build.copy(node)
     return emit.build.program()
 
@@ -567,6 +597,7 @@ class Candidate:
     grid: Grid  # patch rows, columns ((1, 1): not patched)
     arena_bytes: int  # the planned arena of the patched program (tensorplan's greedy)
     overhead: float  # convolution multiply-adds over the original's
+    source: str = ""  # the value the patches are cut from: the image, or its int8 copy
 
 
 @dataclass(frozen=True)
@@ -630,20 +661,23 @@ def choose(program: ExportedProgram, patches: str | Grid, max_overhead: float,
             f"not patched: patches are cut at static sizes, and the program has dynamic dims "
             f"({', '.join(dynamic)}); export it at fixed sizes to patch it"))
     tried, programs = [base], {base: program}
-    found = _deepest_per_resolution(splits(program), nodes)
+    families = [_deepest_per_resolution(splits(program), nodes)]
+    if any(quantizes(node) for node in program.graph.nodes):  # the quantize per patch too
+        families.append(_deepest_per_resolution(splits(program, whole_quantize=False), nodes))
     for grid in grids:
-        within = []
-        for split in found:
-            rows, cols = _extent(nodes[split.node])
-            if grid != (1, 1) and grid[0] <= rows and grid[1] <= cols:
-                cost = overhead(program, split, grid)
-                if cost <= max_overhead:
-                    within.append((split, cost))
-        for split, cost in within[-SPLITS_PER_GRID:]:
-            patched = patch_program(program, split, grid)
-            candidate = Candidate(split.node, grid, arena_of(patched), cost)
-            tried.append(candidate)
-            programs[candidate] = patched
+        for found in families:
+            within = []
+            for split in found:
+                rows, cols = _extent(nodes[split.node])
+                if grid != (1, 1) and grid[0] <= rows and grid[1] <= cols:
+                    cost = overhead(program, split, grid)
+                    if cost <= max_overhead:
+                        within.append((split, cost))
+            for split, cost in within[-SPLITS_PER_GRID:]:
+                patched = patch_program(program, split, grid)
+                candidate = Candidate(split.node, grid, arena_of(patched), cost, split.source)
+                tried.append(candidate)
+                programs[candidate] = patched
     best = min(tried, key=lambda c: (c.arena_bytes, c.overhead))
     if best.arena_bytes >= base.arena_bytes:
         best = base

@@ -135,14 +135,15 @@ class Rebuild:
     def _value(self, target: Callable[..., Any], args: tuple[Any, ...],
                kwargs: Mapping[str, Any]) -> Any:
         """``target`` on fake values: run on meta tensors of the same sizes and strides and
-        wrapped as the program's fake tensors when every size is static (a third of the cost
-        of a fake dispatch; a repeat on the same metadata costs less again, ``FakeOutputs``),
-        else as the re-trace makes them (``tracing``), kept where the re-trace of the
-        rewritten program finds them (a meta kernel's outputs may differ from the fake
-        kernel's: batch norm's saved statistics are ``[C]`` on meta and ``[0]`` faked)."""
+        wrapped as the program's fake tensors when some input is a tensor and every size is
+        static (a third of the cost of a fake dispatch; a repeat on the same metadata costs
+        less again, ``FakeOutputs``), else as the re-trace makes them (``tracing``), kept
+        where the re-trace of the rewritten program finds them (a meta kernel's outputs may
+        differ from the fake kernel's: batch norm's saved statistics are ``[C]`` on meta and
+        ``[0]`` faked)."""
         leaves = pytree.tree_leaves((args, kwargs))
         fakes = [v for v in leaves if isinstance(v, torch.Tensor)]
-        if any(isinstance(v, torch.SymInt) for v in leaves) or not all(
+        if not fakes or any(isinstance(v, torch.SymInt) for v in leaves) or not all(
                 isinstance(d, int) for v in fakes for d in (*v.shape, *v.stride())):
             return self._traced(target, args, kwargs,
                                 lambda: self._in_fake_mode(target, args, kwargs))

@@ -11,9 +11,9 @@ each input satisfies:
   control-flow subgraph: never a subgraph's input or output, which are its caller's) read by
   nothing after the ``cat`` (every value in it: views and in-place reuses included), and no
   other input of the same ``cat`` lives in it;
-- every value in its storage that a kernel writes (not a view) has the input's shape and
-  layout, and the ``cat`` output has that layout too: the slice is the output's strides over
-  the input's shape, at the offset of its first element;
+- every value in its storage that a kernel writes (not a view, not already in a slice of it)
+  has the input's shape and layout, and the ``cat`` output has that layout too: the slice is
+  the output's strides over the input's shape, at the offset of its first element;
 - all sizes are static;
 - where the slice is not dense (its strides are not the input's own: a channel slice of a
   batch of 2, the interior of a pad), no kernel reading a value of the input's storage is one
@@ -25,6 +25,10 @@ It is done only where it keeps or lowers the bound of the graph it is in: the ou
 is then live from the first input's definition, which can cost more than it saves when an
 input is made long before the ``cat``. The result is a new ``AliasTable`` whose ``slices``
 give each placed value's offset and strides inside the output's storage.
+
+A ``cat`` of ``cat``s nests: an input already holding values in its slices (a row of patch
+tiles) is placed whole, and each of those values moves into the outer output at its strides
+(``_moved``), so a grid of tiles is written straight into the grid's output.
 
 Worked example: ``cat([conv_a(x), conv_b(x)], dim=1)`` with both convolutions read only by the
 ``cat``: ``convolution`` lives at offset 0 of ``cat``'s storage, ``convolution_1`` at the
@@ -188,6 +192,22 @@ def _strided_ok(values: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
                    for user in nodes[value.partition("[")[0]].users)
 
 
+def _moved(inner: Slice, spec: TensorSpec, outer: Slice) -> Slice:
+    """A slice of a value laid out by ``spec`` (``inner``: at the value's own strides, as a
+    ``cat`` places its inputs) once the value itself is made in the slice ``outer`` of a
+    larger storage: the same elements at ``outer``'s strides. A tile made in its row of a
+    grid, the row made in the grid's output, puts the tile straight in the output. Worked
+    example: a float row ``[4, 8]`` made at byte 64 of a ``[8, 8]`` output holds a tile at
+    element (0, 4) of the row (``inner`` offset 16 B, strides (8, 1)); moved, the tile starts
+    at byte 64 + 16 = 80 with the output's strides (8, 1)."""
+    start, rest = [0] * len(spec.shape), inner.offset // spec.dtype.itemsize
+    for dim in spec.dim_order:
+        if spec.shape[dim] > 1:
+            start[dim], rest = divmod(rest, spec.strides[dim])
+    offset = sum(index * stride for index, stride in zip(start, outer.strides, strict=True))
+    return Slice(outer.offset + offset * spec.dtype.itemsize, outer.strides)
+
+
 def _is_view(value: str, nodes: dict[str, torch.fx.Node]) -> bool:
     node = nodes[value.partition("[")[0]]
     return isinstance(node.target, torch._ops.OpOverload) and is_view(node.target)
@@ -223,15 +243,18 @@ def _place(table: AliasTable, cat: torch.fx.Node, step: int, specs: SpecTable,
                 or kept.graph != prefix or last.get(storage) != step \
                 or storages.count(storage) != 1 \
                 or not same_layout(spec.shape, spec.dim_order, out.dim_order) \
-                or not _writes_like(kept.values, graph.nodes, specs, spec):
+                or not _writes_like([v for v in kept.values if v not in table.slices],
+                                    graph.nodes, specs, spec):
             return None
     for (arg, where), storage in zip(placed, storages, strict=True):
         if not _dense(specs.spec_of(prefix + arg.name), where) \
                 and not _strided_ok(table.storages[storage].values, graph.nodes):
             return None
     merged, slices = MergedStorages(table), {}
-    for (_, where), storage in zip(placed, storages, strict=True):
-        slices.update({v: where for v in table.storages[storage].values
+    for (arg, where), storage in zip(placed, storages, strict=True):
+        spec = specs.spec_of(prefix + arg.name)
+        slices.update({v: _moved(table.slices[v], spec, where) if v in table.slices else where
+                       for v in table.storages[storage].values
                        if not _is_view(v, graph.nodes)})
         merged.merge(into, storage)
     return _Placed(merged.table(slices), slices, into, tuple(storages))

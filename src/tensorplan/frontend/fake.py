@@ -131,13 +131,10 @@ class FakeOutputs:
 
     @staticmethod
     def shared(fake_mode: Any) -> FakeOutputs:
-        """The one ``FakeOutputs`` of ``fake_mode`` (made on first use), kept on the mode
-        itself so that it goes with it: a table keyed weakly by the mode would keep every
-        mode forever, since its fake tensors refer to their mode."""
-        outputs = getattr(fake_mode, _SHARED, None)
+        """The one ``FakeOutputs`` of ``fake_mode`` (made on first use, dropped with it)."""
+        outputs = _SHARED.get(fake_mode)
         if outputs is None:
-            outputs = FakeOutputs(fake_mode)
-            setattr(fake_mode, _SHARED, outputs)
+            outputs = _SHARED[fake_mode] = FakeOutputs(fake_mode)
         return outputs
 
     def __call__(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -200,4 +197,4 @@ class FakeOutputs:
             return torch.empty_strided(shape, stride, dtype=dtype, device=device)
 
 
-_SHARED = "_tensorplan_fake_outputs"  # the attribute of a fake mode holding its FakeOutputs
+_SHARED: weakref.WeakKeyDictionary[Any, FakeOutputs] = weakref.WeakKeyDictionary()

@@ -34,6 +34,7 @@ padding.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -398,6 +399,11 @@ def _own_scratch(emit: _Emit, node: torch.fx.Node) -> dict[str, torch.fx.Node]:
     return {scratch.name: emit(scratch.target, scratch.args, like=scratch, kwargs=scratch.kwargs)}
 
 
+def _named(values: Mapping[str, Any], node: torch.fx.Node) -> Any:
+    """The value of ``node``, by its name."""
+    return values[node.name]
+
+
 def _only_scratch(node: torch.fx.Node, prefix: set[str]) -> bool:
     """``node`` is read only as the scratch buffer of per-patch kernels (each patch makes its
     own)."""
@@ -509,8 +515,9 @@ def _patches(emit: _Emit, program: ExportedProgram, split: Split, grid: Grid) ->
             gates[name] = _reduced(emit, node, _tile_regions(sub, nodes, grid), sub, nodes,
                                    gates)
         else:
+            known = {**gates, **_own_scratch(emit, node)}  # its scratch: _only_scratch
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
-                                                 lambda a: gates[a.name])
+                                                 functools.partial(_named, known))
             gates[name] = emit(node.target, args, like=node, kwargs=kwargs)
     rows = []
     for needed in _tile_regions(split, nodes, grid):

@@ -126,6 +126,16 @@ def test_its_values_are_int8_and_its_plan_no_larger_than_executorchs(
     assert prog.plan.arena_bytes <= executorch_planned_bytes(manager) == 15_360
 
 
+def test_saving_it_names_the_scratch_allocation_torch_export_cannot_save(
+        cortex_m: tuple[CortexMFlow, torch.Tensor], tmp_path: Path) -> None:
+    prog = tp.compile(cortex_m[0].manager)
+    with pytest.raises(tp.FormatError, match=r"node alloc\w* calls executorch\.exir\.memory\."
+                                             r"alloc, a Python function.*--json / --header"):
+        prog.save(tmp_path / "int8.tplan")
+    assert not list(tmp_path.iterdir())
+    assert tp.report.plan_to_json(prog)["arena_bytes"] == 15_360
+
+
 def test_a_manager_without_a_forward_program_says_what_to_pass() -> None:
     class Methods:
         def exported_program(self, method_name: str = "forward") -> Any:

@@ -79,6 +79,7 @@ def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgr
     ``read_artifact`` reads them back. Raises ``FormatError`` when torch.export cannot
     serialise the program.
     """
+    _check_operators(exported_program)
     exported = io.BytesIO()
     try:
         save_exported(exported_program, exported, specs.dim_names)
@@ -101,6 +102,32 @@ def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgr
     finally:
         if os.path.exists(partial):
             os.remove(partial)
+
+
+_SAVED_MODULES = ("_operator", "operator", "math", "builtins")  # what torch.export saves by name
+
+
+def _check_operators(exported_program: ExportedProgram) -> None:
+    """Raise ``FormatError`` naming the first node that calls a Python function, not an
+    operator: torch.export's serializer saves operators (an edge-dialect one by the operator
+    it wraps) and ``operator``/``math`` builtins only, and a program after ExecuTorch's memory
+    passes calls ``exir.memory.alloc``."""
+    operators = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
+    for node in exported_program.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or isinstance(target, operators) \
+                or isinstance(getattr(target, "_op", None), operators):
+            continue
+        module = getattr(target, "__module__", "") or ""
+        if module in _SAVED_MODULES or module.startswith("torch"):
+            continue
+        name = f"{module}.{getattr(target, '__qualname__', target)}"
+        raise FormatError(
+            f"save: node {node.name} calls {name}, a Python function and not an operator: "
+            f"torch.export saves operators only, so this program cannot be saved whole; it "
+            f"runs, and its plan can still be written as JSON or a C header "
+            f"(tensorplan.report.plan_to_json / plan_to_c_header, or the CLI's "
+            f"--json / --header)")
 
 
 def is_artifact(path: str | os.PathLike[str]) -> bool:

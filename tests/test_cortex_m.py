@@ -195,6 +195,12 @@ def test_patches_chosen_by_the_arena_without_the_image(
     chosen = patched.patching.chosen
     assert (chosen.grid, chosen.source, patched.plan.arena_bytes) == ((2, 2), "x", 38_896)
     assert torch.equal(patched.run(image), flow.manager.exported_program().module()(image))
+    # no split at the image's quantize alone (a patch of it frees nothing): the stem conv and
+    # the skip add at 2x2, the stem alone at 3x3 and 4x4 (the add's halos cost too much), each
+    # from either source
+    tried = patched.patching.candidates[1:]
+    assert len(tried) == 2 * 2 + 2 * 2
+    assert not any(c.split.startswith("cortex_m_quantize_per_tensor") for c in tried)
 
 
 def test_a_program_whose_quantization_has_no_patch_rule_is_planned_as_it_stands(

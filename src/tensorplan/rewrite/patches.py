@@ -629,10 +629,13 @@ def _deepest_per_resolution(found: Sequence[Split], nodes: Mapping[str, torch.fx
     """Of the splits at each spatial size with as many spatial reductions before them, the
     last one, pads aside (later splits at one size hold the same maps per patch and free more
     of the prefix; a pad's output is better split after the convolution that reads it; each
-    reduction costs one more pass over the prefix, so a split just before one is kept too)."""
+    reduction costs one more pass over the prefix, so a split just before one is kept too).
+    A split with no window before it (the image's quantize alone) is left out: its patches
+    hold the whole of what they are cut from, and nothing is freed."""
     kept: dict[tuple[tuple[int, int], int], Split] = {}
     for split in found:
-        if nodes[split.node].target is not _PAD:
+        if nodes[split.node].target is not _PAD \
+                and any(window(nodes[name]) is not None for name in split.region):
             reductions = sum(_reduces_space(nodes[name]) for name in split.once)
             kept[(_extent(nodes[split.node]), reductions)] = split
     return list(kept.values())

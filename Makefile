@@ -25,10 +25,10 @@ browser:
 	tools/browser
 
 test: $(STAMP) browser
-	$(PY) -m pytest -q -n 2 --doctest-modules src tests
+	$(PY) -m pytest -q -n 2 --dist loadscope --doctest-modules src tests
 
 test-quick: $(STAMP) browser
-	$(PY) -m pytest -q -n 2 -m "not slow" --doctest-modules src tests
+	$(PY) -m pytest -q -n 2 --dist loadscope -m "not slow" --doctest-modules src tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py --out benchmarks/RESULTS.md

@@ -356,7 +356,57 @@ def summary(rows: Sequence[Row]) -> str:
             f"{'yes' if all(row.equal for row in rows) else 'NO'}.\n")
 
 
-def report(rows: Sequence[Row], runs: int, compiles: int) -> str:
+PRODUCT_SHAPES = ((768, 768), (768, 3072), (3072, 768))  # (K, N) of BERT-base's products
+PRODUCT_ROWS, CHUNK_ROWS = 512, (16, 32, 64, 128)
+
+
+def _addmm_in_chunks(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                     out: torch.Tensor, rows: int) -> float:
+    """Seconds to write ``x @ weight.T + bias`` into ``out`` one ``addmm.out`` per ``rows``
+    rows."""
+    start = time.perf_counter()
+    for first in range(0, x.shape[0], rows):
+        torch.addmm(bias, x[first:first + rows], weight.t(), out=out[first:first + rows])
+    return time.perf_counter() - start
+
+
+def product_rows(runs: int) -> dict[tuple[int, int], dict[int, float]]:
+    """For each ``(K, N)`` of ``PRODUCT_SHAPES``: the time of a ``PRODUCT_ROWS x K x N``
+    ``addmm`` made in chunks of each of ``CHUNK_ROWS`` rows (one ``addmm.out`` per chunk,
+    as a chunked program runs it in the Python runtime) over the time of one ``addmm.out`` of
+    all its rows (median of ``runs`` interleaved calls after one untimed, the caller's
+    threads)."""
+    found = {}
+    for k, n in PRODUCT_SHAPES:
+        tensors = (torch.randn(n), torch.randn(PRODUCT_ROWS, k), torch.randn(n, k),
+                   torch.empty(PRODUCT_ROWS, n))
+        times: dict[int, list[float]] = {rows: [] for rows in (PRODUCT_ROWS, *CHUNK_ROWS)}
+        for round_ in range(runs + 1):
+            for rows, taken in times.items():
+                seconds = _addmm_in_chunks(*tensors, rows)
+                if round_:
+                    taken.append(seconds)
+        whole = statistics.median(times[PRODUCT_ROWS])
+        found[(k, n)] = {rows: statistics.median(times[rows]) / whole for rows in CHUNK_ROWS}
+    return found
+
+
+def product_table(found: dict[tuple[int, int], dict[int, float]], runs: int) -> str:
+    """The ``product_rows`` figures as a markdown table, with what they explain."""
+    lines = [f"Why a chunked program runs slower in the Python runtime: torch's `addmm.out` "
+             f"(MKL, one thread) over {PRODUCT_ROWS} rows made in chunks of r rows, over one "
+             f"call on all of them (median of {runs} interleaved calls). ExecuTorch's "
+             f"`linear.out` has no such cost (the shipped `.pte` columns above).\n",
+             "| K x N | " + " | ".join(f"r = {r}" for r in CHUNK_ROWS) + " |",
+             "|---|" + "---|" * len(CHUNK_ROWS)]
+    for (k, n), ratios in found.items():
+        lines.append(f"| {k} x {n} | " + " | ".join(f"{ratios[r]:.2f}x" for r in CHUNK_ROWS)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def report(rows: Sequence[Row], runs: int, compiles: int,
+           products: dict[tuple[int, int], dict[int, float]] | None = None) -> str:
     return "".join([
         summary(rows), "\n",
         "Arena: `tp.compile` with the defaults and with `chunks=\"auto\"` (the count its estimate "
@@ -367,7 +417,8 @@ def report(rows: Sequence[Row], runs: int, compiles: int) -> str:
         f"runtime and equal to eager. Run: eager's median ms over {runs} calls, then "
         "`Program.run` / eager without and with chunks (one thread, interleaved). Compile: the "
         f"fastest of {compiles} tries of each, interleaved.\n\n",
-        table(rows)])
+        table(rows), "\n" if products else "",
+        product_table(products, runs) if products else ""])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -387,7 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         rows.append(measure(name, MODELS[name], options.runs, options.compiles))
         print(f"{name}: done", file=sys.stderr, flush=True)
-    common.emit(report(rows, options.runs, options.compiles), options.out)
+    products = product_rows(max(options.runs, 5))
+    common.emit(report(rows, options.runs, options.compiles, products), options.out)
     return 0
 
 

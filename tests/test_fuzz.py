@@ -160,7 +160,7 @@ def recipes(draw) -> Recipe:
 
 
 @pytest.mark.slow
-@settings(max_examples=200, deadline=None, derandomize=True, print_blob=True,
+@settings(max_examples=120, deadline=None, derandomize=True, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.data_too_large])
 @given(recipes())

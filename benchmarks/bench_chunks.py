@@ -395,8 +395,8 @@ def product_table(found: dict[tuple[int, int], dict[int, float]], runs: int) -> 
     """The ``product_rows`` figures as a markdown table, with what they explain."""
     lines = [f"Why a chunked program runs slower in the Python runtime: torch's `addmm.out` "
              f"(MKL, one thread) over {PRODUCT_ROWS} rows made in chunks of r rows, over one "
-             f"call on all of them (median of {runs} interleaved calls). ExecuTorch's "
-             f"`linear.out` has no such cost (the shipped `.pte` columns above).\n",
+             f"call on all of them (median of {runs} interleaved calls, after one untimed). "
+             f"The `.pte` in ExecuTorch's runtime: `bench_products.py`'s model rows.\n",
              "| K x N | " + " | ".join(f"r = {r}" for r in CHUNK_ROWS) + " |",
              "|---|" + "---|" * len(CHUNK_ROWS)]
     for (k, n), ratios in found.items():

@@ -356,7 +356,10 @@ def summary(rows: Sequence[Row]) -> str:
             f"{'yes' if all(row.equal for row in rows) else 'NO'}.\n")
 
 
-PRODUCT_SHAPES = ((768, 768), (768, 3072), (3072, 768))  # (K, N) of BERT-base's products
+# (K, N) of the products: BERT-base's (the zoo's), then a 16-head 1024-wide GPT-2's and a
+# SmolLM2-shaped Llama's MLP (widths the zoo does not have)
+PRODUCT_SHAPES = ((768, 768), (768, 3072), (3072, 768), (1024, 1024), (1024, 4096),
+                  (4096, 1024), (576, 1536), (1536, 576))
 PRODUCT_ROWS, CHUNK_ROWS = 512, (16, 32, 64, 128)
 
 

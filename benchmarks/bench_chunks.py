@@ -361,6 +361,7 @@ def summary(rows: Sequence[Row]) -> str:
 PRODUCT_SHAPES = ((768, 768), (768, 3072), (3072, 768), (1024, 1024), (1024, 4096),
                   (4096, 1024), (576, 1536), (1536, 576))
 PRODUCT_ROWS, CHUNK_ROWS = 512, (16, 32, 64, 128)
+PRODUCT_RUNS = 5  # the products are timed over at least this many calls
 
 
 def _addmm_in_chunks(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
@@ -409,7 +410,8 @@ def product_table(found: dict[tuple[int, int], dict[int, float]], runs: int) -> 
 
 
 def report(rows: Sequence[Row], runs: int, compiles: int,
-           products: dict[tuple[int, int], dict[int, float]] | None = None) -> str:
+           products: dict[tuple[int, int], dict[int, float]] | None = None,
+           product_runs: int = 0) -> str:
     return "".join([
         summary(rows), "\n",
         "Arena: `tp.compile` with the defaults and with `chunks=\"auto\"` (the count its estimate "
@@ -421,7 +423,7 @@ def report(rows: Sequence[Row], runs: int, compiles: int,
         "`Program.run` / eager without and with chunks (one thread, interleaved). Compile: the "
         f"fastest of {compiles} tries of each, interleaved.\n\n",
         table(rows), "\n" if products else "",
-        product_table(products, runs) if products else ""])
+        product_table(products, product_runs) if products else ""])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -441,8 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         rows.append(measure(name, MODELS[name], options.runs, options.compiles))
         print(f"{name}: done", file=sys.stderr, flush=True)
-    products = product_rows(max(options.runs, 5))
-    common.emit(report(rows, options.runs, options.compiles, products), options.out)
+    product_runs = max(options.runs, PRODUCT_RUNS)
+    products = product_rows(product_runs)
+    common.emit(report(rows, options.runs, options.compiles, products, product_runs),
+                options.out)
     return 0
 
 

@@ -125,10 +125,10 @@ def test_a_dynamic_model_over_budget_is_told_the_largest_size_that_fits(tiny_gpt
                    max_arena_bytes=300_000)
     assert str(info.value).endswith(
         "no plan of this program as compiled fits: its lower bound is 655,872 B; " + hint +
-        'chunks="auto" plans 317,440 B (still over)')
+        'chunks="auto" plans 320,512 B (still over)')
     assert "Dim maxima" not in str(info.value)
     assert main(["plan", "zoo:tiny_gpt", "--max-arena", "300000"]) == 2
-    assert capsys.readouterr().err.rstrip().endswith(hint + "--chunks auto plans 317,440 B "
+    assert capsys.readouterr().err.rstrip().endswith(hint + "--chunks auto plans 320,512 B "
                                                       "(still over)")
 
 

@@ -488,21 +488,19 @@ def _worth_it(program: ExportedProgram, found: Sequence[Region], count: int,
 
 def _fewest(program: ExportedProgram, found: Sequence[Region], counts: Sequence[int]
             ) -> list[int]:
-    """``counts`` with each region's lowered to the fewest of ``AUTO_COUNTS`` (or 1) whose
-    chunk holds a largest value no larger than the largest region's chunk does and that
-    leaves the estimated peak no higher: a region whose own peak is below another's (an MLP
-    beside its layer's scores) runs in fewer, larger chunks (fewer steps, each product on more
-    rows)."""
+    """``counts`` with each region's lowered to the fewest of ``AUTO_COUNTS`` (or 1) that
+    leaves the estimated peak no higher: a region whose own peak is below the program's (an
+    MLP beside its layer's scores, a ViT's MLP beside its patch embedding) runs in fewer,
+    larger chunks, whatever their size, so fewer steps, each product on more rows (a product
+    on a few rows re-reads its whole weight: ``bench_chunks``' products table)."""
     counts = list(counts)
     peak = estimate(program, found, counts)
-    widest = max(math.ceil(r.largest_bytes / n) for r, n in zip(found, counts, strict=True))
     for i, region in sorted(enumerate(found), key=lambda item: item[1].largest_bytes):
         for fewer in sorted({1, *(region.fits(n, MIN_CHUNK_ROWS) for n in AUTO_COUNTS)}):
             if fewer >= counts[i]:
                 break
             trial = [*counts[:i], fewer, *counts[i + 1:]]
-            if math.ceil(region.largest_bytes / fewer) <= widest \
-                    and estimate(program, found, trial) <= peak:
+            if estimate(program, found, trial) <= peak:
                 counts = trial
                 break
     return counts

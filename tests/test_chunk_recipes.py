@@ -32,7 +32,7 @@ def _llama() -> torch.nn.Module:
     return construct_transformer(args).eval()
 
 
-def _llama_program(chunks: int | None = None) -> tp.Program:
+def _llama_program(chunks: int | str | None = None) -> tp.Program:
     shapes = ({1: torch.export.Dim("token_dim", max=CONTEXT - 1)}, {"input_pos": {0: 1}})
     example = (torch.tensor([[2, 3, 4]]), {"input_pos": torch.tensor([0])})
     with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]), \
@@ -63,6 +63,21 @@ def test_executorchs_llama_recipe_chunks_and_equals_eager_at_every_size(llama) -
         tokens = torch.randint(0, 100, (1, rows))
         got = llama.run(tokens, {"input_pos": torch.tensor([0])})
         torch.testing.assert_close(got, _llama_eager(tokens), rtol=1e-5, atol=1e-5)
+
+
+def test_auto_chunks_the_recipe_whose_bound_is_prime() -> None:
+    """The recipe's token dim ends at ``max_seq_len - 1`` (127 here, a prime): "auto" runs the
+    attention in 16 chunks of 8 rows (one row padded at the bound), not 15 of 9 (eight rows
+    padded, 1.033x the multiply-adds, over the budget: it used to decline), the MLP in 2."""
+    pytest.importorskip("executorch")
+    auto = _llama_program(chunks="auto")
+    chosen = auto.chunking.chosen
+    assert (auto.chunking.declined, chosen.per_region) == ("", (16, 2, 16, 2))
+    assert chosen.overhead == pytest.approx(128 / 127, abs=2e-3)
+    assert (auto.plan.arena_bytes, auto.chunking.candidates[0].arena_bytes) == (258_064, 619_792)
+    tokens = torch.randint(0, 100, (1, 61))
+    torch.testing.assert_close(auto.run(tokens, {"input_pos": torch.tensor([0])}),
+                               _llama_eager(tokens), rtol=1e-5, atol=1e-5)
 
 
 def test_executorchs_llama_recipe_decodes_after_a_chunked_prefill(llama) -> None:

@@ -8,6 +8,7 @@ through a callback (the body's inputs).
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,9 +42,22 @@ class Region:
     uncut: Region | None = None  # this region and the one above its cut, one region
 
     def fits(self, count: int, least_rows: int = 1) -> int:
-        """The most chunks up to ``count`` that leave at least ``least_rows`` rows each (at the
-        upper bounds)."""
-        return max(1, min(count, self.extent // least_rows))
+        """The chunks a loop runs (at the upper bounds) for at most ``count`` chunks of at least
+        ``least_rows`` rows: a loop runs chunks of ``ceil(extent / n)`` rows, as many as the
+        extent needs, the last padded (``loop.py``), so ``n`` is the most up to ``count`` whose
+        chunk has ``least_rows`` rows, and no chunk is all padding: 127 rows in at most 16
+        chunks of 8 rows are 16 chunks, one row padded (not 15 of 9, eight rows padded).
+
+        >>> from dataclasses import replace
+        >>> region = Region("y", 1, 127, ("y",), {}, {}, (), "y", 0)
+        >>> region.fits(16, 8), region.fits(32, 8), replace(region, extent=197).fits(32, 8)
+        (16, 16, 25)
+        """
+        for chunks in range(min(count, self.extent), 1, -1):
+            rows = math.ceil(self.extent / chunks)
+            if rows >= least_rows:
+                return math.ceil(self.extent / rows)
+        return 1
 
 
 # A value made outside a region as a region node reads it: its rows (``Rows``), all of it

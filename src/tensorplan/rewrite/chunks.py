@@ -490,9 +490,9 @@ def _fewest(program: ExportedProgram, found: Sequence[Region], counts: Sequence[
             ) -> list[int]:
     """``counts`` with each region's lowered to the fewest of ``AUTO_COUNTS`` (or 1) that
     leaves the estimated peak no higher: a region whose own peak is below the program's (an
-    MLP beside its layer's scores, a ViT's MLP beside its patch embedding) runs in fewer,
-    larger chunks, whatever their size, so fewer steps, each product on more rows (a product
-    on a few rows re-reads its whole weight: ``bench_chunks``' products table)."""
+    MLP beside its layer's scores) runs in fewer, larger chunks, whatever their size, so
+    fewer steps, each product on more rows (a product on a few rows re-reads its whole weight:
+    ``bench_chunks``' products table)."""
     counts = list(counts)
     peak = estimate(program, found, counts)
     for i, region in sorted(enumerate(found), key=lambda item: item[1].largest_bytes):

@@ -410,8 +410,7 @@ def product_table(found: dict[tuple[int, int], dict[int, float]], runs: int) -> 
 
 
 def report(rows: Sequence[Row], runs: int, compiles: int,
-           products: dict[tuple[int, int], dict[int, float]] | None = None,
-           product_runs: int = 0) -> str:
+           products: dict[tuple[int, int], dict[int, float]], product_runs: int) -> str:
     return "".join([
         summary(rows), "\n",
         "Arena: `tp.compile` with the defaults and with `chunks=\"auto\"` (the count its estimate "

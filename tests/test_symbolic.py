@@ -325,3 +325,29 @@ def test_subgraph_storages_keep_their_bound_size_and_say_why():
         for sign in (1, -1):
             x = torch.rand(seq, 8) * sign
             torch.testing.assert_close(program.run(x), Gate()(x))
+
+
+class ExpandedCache(nn.Module):
+    """A cache of 2 heads read by 8 query heads through an ``expand``, as grouped-query
+    attention reads its KV cache: the view addresses a quarter of the bytes its shape counts."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cache = x * 2                                              # seq x 2 x 4 floats
+        heads = cache.unsqueeze(2).expand(-1, 2, 4, 4)  # seq x 2 x 4 x 4, a view
+        return (heads.sum(0) + 1).tanh()
+
+
+def test_an_expanded_view_reserves_its_base_bytes_at_every_size():
+    """The symbolic plan at the bounds is the concrete plan: the ``expand`` takes no byte of
+    its own. It took its shape's, 4x its base's: 8,320 B at seq 64 where the plan says 2,176,
+    and the runner allocated them."""
+    program = tp.compile(ExpandedCache(), (torch.randn(16, 2, 4),), dynamic_shapes=({0: SEQ},))
+    plan = program.plan
+    assert plan.arena_bytes_at(seq=64) == plan.arena_bytes == 2_176
+    assert plan.lower_bound_at(seq=64) == plan.lower_bound_bytes == 2_176
+    assert plan.arena_bytes_at(seq=3) == plan.lower_bound_at(seq=3) == 224
+    runner = program.runner()
+    for seq in (2, 3, 64):
+        x = torch.randn(seq, 2, 4)
+        torch.testing.assert_close(runner.run(x), ExpandedCache()(x))
+    assert runner.arena.nbytes == 2_176

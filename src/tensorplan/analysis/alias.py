@@ -72,6 +72,8 @@ class AliasTable:
     #                                               the new state could not share its storage
     slices: Mapping[str, Slice] = field(default_factory=dict)  # value -> its place inside a
     #                                               concatenation's storage (concat.py)
+    views: frozenset[str] = frozenset()  # values an op's schema says alias an argument (a
+    #                                      view, an in-place result): no byte beyond their base's
 
     def storage_ids(self, name: str) -> tuple[int, ...]:
         """Every storage id a value uses (empty for constants and non-tensors)."""
@@ -93,6 +95,7 @@ class _Builder:
     nbytes: dict[int, int] = field(default_factory=dict)
     kinds: dict[int, StorageKind] = field(default_factory=dict)
     graphs: dict[int, str] = field(default_factory=dict)
+    views: set[str] = field(default_factory=set)
 
     def fresh(self, value: str, graph: str, kind: StorageKind = "activation") -> int:
         storage = len(self.members)
@@ -241,6 +244,7 @@ class _Analysis:
         if not isinstance(base, int):
             raise UnsupportedOpError(f"alias: {value!r} ({op}) aliases argument {source!r}, "
                                      "which is not a single tensor")
+        self.b.views.add(value)
         return self.b.join(value, base, addresses_more=False)
 
     def _fresh_outputs(self, name: str) -> StorageRef:
@@ -374,7 +378,7 @@ class MergedStorages:
             storages[sid] = Storage(sid, self.nbytes[sid], old.kind, old.graph, tuple(values))
         return AliasTable({name: ref(r) for name, r in self.alias.storage_of.items()}, storages,
                           dict(self.alias.state_of), self.alias.write_back,
-                          {**self.alias.slices, **(slices or {})})
+                          {**self.alias.slices, **(slices or {})}, self.alias.views)
 
 
 def analyze(program: ExportedProgram, specs: SpecTable, roles: Roles | None = None,
@@ -394,7 +398,8 @@ def analyze(program: ExportedProgram, specs: SpecTable, roles: Roles | None = No
     storages = {sid: Storage(sid, builder.nbytes[sid], builder.kinds[sid], builder.graphs[sid],
                              tuple(values)) for sid, values in builder.members.items()}
     state_of = {name: builder.storage_of[name] for name in state.values()}
-    return AliasTable(dict(builder.storage_of), storages, state_of, tuple(write_back))
+    return AliasTable(dict(builder.storage_of), storages, state_of, tuple(write_back),
+                      views=frozenset(builder.views))
 
 
 def _placed(spec: TensorSpec, storage: Any) -> TensorSpec:

@@ -104,11 +104,15 @@ class _Size:
 
 
 def _storage_size(values: Sequence[str], specs: SpecTable, names: Mapping[sympy.Symbol, str],
-                  bound: int, alignment: int, box: Box, sliced: bool) -> _Size:
+                  bound: int, alignment: int, box: Box, sliced: bool,
+                  views: frozenset[str]) -> _Size:
+    """The storage's size at every point of ``box``: the largest of its values that address
+    bytes of their own (a view's, an ``expand``'s of a KV cache, are its base's), or its
+    concrete ``bound`` and why it is held there."""
     polys, why = [], None
     for value in values:
         spec = specs.spec_of(value)
-        if spec is None:
+        if spec is None or value in views:
             continue
         numel = math.prod(canonical(s) for s in spec.sym_shape) * spec.dtype.itemsize
         found = poly_of(numel if isinstance(numel, int) else sympy.sympify(numel), names)
@@ -153,7 +157,7 @@ def plan_symbolic(plan: MemoryPlan, program: ExportedProgram, specs: SpecTable,
     sizes, needs, held = {}, {}, {}
     for sid, placed in plan.storages.items():
         size = _storage_size(placed.values, specs, names, placed.size, plan.alignment, box,
-                             bool(set(alias.slices) & set(placed.values)))
+                             bool(set(alias.slices) & set(placed.values)), alias.views)
         if placed.graph:
             size = _Size(SizeExpr.constant(placed.size), SizeExpr.constant(placed.size),
                          None if size.need.is_constant else

@@ -45,6 +45,7 @@ VOCAB = 1000
 TARGET = 0.30  # arena / ExecuTorch best, the text models at real lengths
 TARGET_VIT, TARGET_MOE = 0.55, 0.50
 TARGET_RECIPE, TARGET_RECIPE_PTE = 0.20, 0.25  # the recipes' exports (issue 47)
+SYMBOLIC_SLACK = 1.05  # a dynamic program's arena over its lower bound, at every size
 
 
 def _tokens(seq: int) -> torch.Tensor:
@@ -329,6 +330,34 @@ def _recipes_clause(rows: Sequence[Row], ratios: dict[str, float]) -> str:
             f"{TARGET_RECIPE:.2f}x){pte}; ")
 
 
+def symbolic_worst(program: tp.Program) -> tuple[float, int, int] | None:
+    """For a program with one dynamic dim: its arena over its lower bound at the size of its
+    range where that is largest (every size checked), that size, and how many storages its
+    symbolic plan holds at their bound (each with its reason in ``plan.symbolic.held``);
+    None for a static program."""
+    symbolic = program.plan.symbolic
+    if symbolic is None or len(symbolic.dims) != 1:
+        return None
+    (dim,) = symbolic.dims
+    worst = max((program.plan.arena_bytes_at(**{dim.name: size})
+                 / program.plan.lower_bound_at(**{dim.name: size}), size)
+                for size in range(max(dim.lower, 1), dim.upper + 1))
+    return worst[0], worst[1], len(symbolic.held)
+
+
+def _symbolic_clause(rows: Sequence[Row]) -> str:
+    found = {row.model: symbolic_worst(row.on) for row in rows}
+    found = {name: worst for name, worst in found.items() if worst is not None}
+    if not found:
+        return ""
+    above = [f"{name} {ratio:.3f}x at {size}, {held} held" for name, (ratio, size, held)
+             in found.items() if ratio > SYMBOLIC_SLACK]
+    return (f"the {len(found)} chunked programs with a dynamic dim plan at most "
+            f"{max(r for r, _, _ in found.values()):.3f}x their lower bound at any size of the "
+            f"range (target <= {SYMBOLIC_SLACK:.2f}x, or the values held at their bound listed"
+            f"{': ' + ', '.join(above) if above else ''}); ")
+
+
 def summary(rows: Sequence[Row]) -> str:
     ratios = _ratios(rows)
     if not ratios:
@@ -345,7 +374,7 @@ def summary(rows: Sequence[Row]) -> str:
     slower = [row.times["on"] / row.times["off"] for row in rows]
     compiles = [row.seconds[1] / row.seconds[0] for row in rows]
     return (f"**Summary**: with `chunks=\"auto\"`, {text_clause}"
-            f"{_recipes_clause(rows, ratios)}over all {len(ratios)} models "
+            f"{_recipes_clause(rows, ratios)}{_symbolic_clause(rows)}over all {len(ratios)} models "
             f"{statistics.median(ratios.values()):.2f}x; `Program.run` chunked over unchunked "
             f"a median {statistics.median(slower):.2f}x (at most {max(slower):.2f}x); "
             f"compile chunked over unchunked a median {statistics.median(compiles):.2f}x (at "

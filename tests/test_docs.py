@@ -6,6 +6,7 @@ broken link or a docstring mkdocstrings cannot read, fails), into a temporary fo
 
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import tensorplan
+import tensorplan.errors as errors
 import tensorplan.integrations.executorch as executorch_integration
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,3 +75,15 @@ def test_docs_tools_pinned_alike() -> None:
     make = (ROOT / "Makefile").read_text()
     tools = re.search(r"^DOCS_TOOLS := (.*)$", make, re.M).group(1).split()
     assert sorted(tools) == sorted(pins[re.split(r"[\[=]", t)[0]] for t in tools)
+
+
+def test_troubleshooting_has_a_section_for_every_error() -> None:
+    """A new error type without its entry in the troubleshooting guide fails here."""
+    defined = [name for name, kind in inspect.getmembers(errors, inspect.isclass)
+               if issubclass(kind, BaseException) and kind.__module__ == errors.__name__]
+    text = (ROOT / "docs" / "guides" / "troubleshooting.md").read_text(encoding="utf-8")
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)  # no code comments
+    headings = " ".join(re.findall(r"^#+ (.*)$", prose, re.MULTILINE))
+    missing = [name for name in defined if not re.search(rf"\b{name}\b", headings)]
+    assert len(defined) >= 10
+    assert not missing, f"error types with no heading in troubleshooting.md: {missing}"

@@ -180,3 +180,17 @@ def test_rewrites_are_listed_those_that_fit_first_in_the_spelling_asked_for():
         "its lower bound of 96 B fits: try algorithm='optimal' with a longer time_limit; "
         'chunks="auto" plans 70 B, within the budget; patches="auto" plans 90 B, within the '
         "budget")
+
+
+def test_a_rewrite_that_fails_while_suggesting_leaves_the_budget_error(monkeypatch):
+    """Over the budget, ``compile`` tries ``chunks="auto"`` to say what it would plan; when
+    that raises, the user still gets the budget's ``PlanError``, without the suggestion."""
+    def refuse(*args, **kwargs):
+        raise tp.UnboundedShapeError("propagate: a size with no finite upper bound")
+
+    monkeypatch.setattr("tensorplan.program.choose_chunks", refuse)
+    example = zoo.example("tiny_gpt")
+    with pytest.raises(tp.PlanError, match="over the budget of 262,144 B") as info:
+        tp.compile(example.model, example.args, dynamic_shapes=example.dynamic_shapes,
+                   max_arena_bytes=256 * 1024)
+    assert "chunks=" not in str(info.value)

@@ -126,3 +126,32 @@ def test_a_loop_writes_its_stacked_result_over_the_rows_it_reads() -> None:
     for rows in (2, 33, 2 * S):
         tokens, expected = _eager(model, rows)
         torch.testing.assert_close(prog.run(tokens), expected, rtol=1e-5, atol=1e-5)
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_a_saved_program_whose_dim_starts_at_zero_chunks_as_in_memory(tmp_path) -> None:
+    """``Dim("batch", max=64)`` (from 0): torch.export traced it as at least 2, but the
+    ShapeEnv ``torch.export.load`` rebuilds said 0, where a chunk's ``ceil(batch / 8)`` rows
+    are 0 and the chunk count divides by them: the loaded program raised
+    ``UnboundedShapeError`` on ``addmm_1_loop_x_padded``."""
+    torch.manual_seed(0)
+    model = _Mlp().eval()
+    exported = torch.export.export(model, (torch.randn(8, 64),),
+                                   dynamic_shapes=({0: torch.export.Dim("batch", max=64)},))
+    torch.export.save(exported, tmp_path / "mlp.pt2")
+    loaded = tp.compile(str(tmp_path / "mlp.pt2"), chunks="auto")
+    assert loaded.plan.arena_bytes == tp.compile(exported, chunks="auto").plan.arena_bytes \
+        == 32_768
+    assert loaded.exported_program.range_constraints == exported.range_constraints
+    for batch in (2, 9, 64):
+        x = torch.randn(batch, 64)
+        with torch.no_grad():
+            torch.testing.assert_close(loaded.run(x), model(x))

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ from torch.export import ExportedProgram
 from tensorplan.analysis.alias import AliasTable, planned_specs
 from tensorplan.analysis.liveness import GraphLifetimes, lifetimes, scheduled_nodes
 from tensorplan.banks.choice import Bank, BankRequest, bank_request
-from tensorplan.errors import InputError, PlanError
+from tensorplan.errors import InputError, PlanError, TensorPlanError
 from tensorplan.formats.artifact import read_artifact, write_artifact
 from tensorplan.frontend.capture import ProgramManager, capture
 from tensorplan.frontend.roles import Roles, read_roles
@@ -305,19 +305,29 @@ def untried_rewrites(program: ExportedProgram, candidates: Candidates, patches: 
                      ) -> tuple[Rewrite, ...]:
     """What ``chunks="auto"`` (when ``chunks``) and ``patches="auto"`` (when ``patches``; it
     declines a program with dynamic dims) would plan for ``program`` (each on its own,
-    greedy), for the rewrites they keep: what an arena over its budget suggests."""
+    greedy), for the rewrites they keep: what an arena over its budget suggests. A rewrite
+    that raises is not suggested: the budget's error is the one the user needs."""
     found = []
     if chunks:
-        with stage("chunks", program):
-            _, chunking = choose_chunks(program, "auto", candidates.arena_of)
-        if chunking.chosen.chunks > 1:
+        chunking = _tried("chunks", program, lambda: choose_chunks(
+            program, "auto", candidates.arena_of)[1])
+        if chunking is not None and chunking.chosen.chunks > 1:
             found.append(Rewrite("chunks", chunking.chosen.arena_bytes))
     if patches:
-        with stage("patches", program):
-            _, patching = choose_patches(program, "auto", max_overhead, candidates.arena_of)
-        if patching.chosen.split:
+        patching = _tried("patches", program, lambda: choose_patches(
+            program, "auto", max_overhead, candidates.arena_of)[1])
+        if patching is not None and patching.chosen.split:
             found.append(Rewrite("patches", patching.chosen.arena_bytes))
     return tuple(found)
+
+
+def _tried(name: str, program: ExportedProgram, choose: Callable[[], Any]) -> Any:
+    """``choose()`` within its stage, or None when it raises tensorplan's own error."""
+    try:
+        with stage(name, program):
+            return choose()
+    except TensorPlanError:
+        return None
 
 
 def _prepare(program: ExportedProgram, alignment: int, switches: ScheduleOptions) -> _Prepared:

@@ -23,9 +23,11 @@ from typing import Any
 
 import torch
 from torch.export import ExportedProgram
+from torch.utils._sympy.value_ranges import ValueRanges
 
 from tensorplan.errors import FormatError
 from tensorplan.frontend.dim_names import RECORD_MEMBER, DimNames, record_dim_names
+from tensorplan.frontend.fake import program_shape_env
 from tensorplan.frontend.pytree_types import register_named_types
 
 # Members of a torch.export archive (below its root folder) that hold data, not code.
@@ -51,7 +53,24 @@ def load_exported(data: bytes, where: str) -> ExportedProgram:
                           f"({type(error).__name__}: {error})") from error
     if extra[RECORD_MEMBER]:
         record_dim_names(program, _recorded_names(extra[RECORD_MEMBER], where))
+    _as_traced(program)
     return program
+
+
+def _as_traced(program: ExportedProgram) -> None:
+    """Give the loaded program's ShapeEnv the ranges its graph was traced under: torch.export
+    traces a dynamic size as at least 2 (it specializes 0 and 1), and the ShapeEnv of the
+    program it returns says so (``Dim("n", max=64)``: ``[2, 64]``), but the one
+    ``torch.export.load`` rebuilds takes the ``range_constraints`` (``[0, 64]``), so a size
+    a rewrite derives (the rows of a chunk, ``ceil(n / 8)``) could be 0 and a division by
+    it unbounded. The program's ``range_constraints``, the sizes a run accepts, are kept."""
+    _, shape_env = program_shape_env(program)
+    if shape_env is None:
+        return
+    for symbol in shape_env.backed_var_to_val:
+        known = shape_env.var_to_range.get(symbol)
+        if known is not None and known.lower < 2 <= known.upper:
+            shape_env.var_to_range[symbol] = ValueRanges(2, known.upper)
 
 
 def save_exported(program: ExportedProgram, file: str | os.PathLike[str] | io.BytesIO,

@@ -1,6 +1,7 @@
-"""A kernel refusing the values of the user's inputs (an index out of range, which eager
-PyTorch refuses too) is the user's ``InputError``, naming the node, the op, the value and the
-valid range; any other failure of a step stays our ``InternalError``."""
+"""A check of the model's own that the data fails, or a kernel refusing the values of the
+user's inputs (an index out of range), both of which eager PyTorch refuses too, is the user's
+``InputError``, naming the node, the op, the value and the valid range; any other failure of a
+step stays our ``InternalError``."""
 
 from __future__ import annotations
 
@@ -128,3 +129,26 @@ def test_cli_run_refuses_example_inputs_out_of_range_in_one_line(tmp_path, monke
         "values of its indices (the input 'tokens'): 300 is outside the valid range [0, 255] of "
         "dim 0 of weight (size 256), and eager PyTorch refuses it too (IndexError: index out "
         "of range in self); pass values in [0, 255]"]
+
+
+class BoundedPadded(torch.nn.Module):
+    """Pads ``x`` with as many zeros as ``n`` holds, at most 16 (the model's own check)."""
+
+    def forward(self, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        extra = n.item()
+        torch._check(extra <= 16)
+        return torch.cat([x, torch.zeros(extra)])
+
+
+def test_a_check_of_the_model_that_the_data_fails_is_an_input_error():
+    """``n`` = 20 fails the model's ``torch._check(extra <= 16)`` in eager too: the user's
+    ``InputError`` naming the node and the check (it was our ``InternalError``)."""
+    prog = tp.compile(BoundedPadded(), (torch.randn(4), torch.tensor(3)))
+    assert prog.run(torch.randn(4), torch.tensor(16)).shape == (20,)
+    with pytest.raises(RuntimeError):
+        BoundedPadded()(torch.randn(4), torch.tensor(20))
+    with pytest.raises(tp.InputError, match=r"node '_assert_scalar_default_1' \(aten\."
+                       r"_assert_scalar.default\) fails on these inputs: Runtime assertion "
+                       r"failed for expression u0 <= 16") as info:
+        prog.run(torch.randn(4), torch.tensor(20))
+    assert "export with a larger bound" in str(info.value)

@@ -1,7 +1,10 @@
-"""Whether a step's failure is the user's: a kernel refusing the values of its index arguments.
+"""Whether a step's failure is the user's: a check of the program's own that the data fails,
+or a kernel refusing the values of its index arguments.
 
 A step that raises on inputs that passed the runtime's checks is a bug of ours (the run's
-``InternalError``) unless both of these hold, in which case it is an ``InputError``:
+``InternalError``) unless it is an ``aten._assert_scalar`` (a ``torch._check`` of the model's,
+or a bound torch.export derived for a size read from the data: eager fails it too), or both of
+these hold, in which case it is an ``InputError``:
 
 1. one of the node's index arguments holds a value outside ``[0, n)`` of the dim it indexes.
    Which arguments those are comes from the op's schema: a tensor (or a list of tensors)
@@ -54,6 +57,8 @@ def refusal(node: torch.fx.Node, prefix: str, args: list, kwargs: dict) -> Input
     op = node.target
     if not isinstance(op, torch._ops.OpOverload):
         return None
+    if op is torch.ops.aten._assert_scalar.default:
+        return InputError(_failed_check(node, prefix, args))
     found = next(out_of_range(op, args, kwargs), None)
     if found is None:
         return None
@@ -61,6 +66,18 @@ def refusal(node: torch.fx.Node, prefix: str, args: list, kwargs: dict) -> Input
     if eager is None:
         return None
     return InputError(_message(node, prefix, found, eager))
+
+
+def _failed_check(node: torch.fx.Node, prefix: str, args: list) -> str:
+    checked = node.args[0]
+    what = f"{checked.name} = {checked.target.__name__}({', '.join(map(str, checked.args))})" \
+        if isinstance(checked, torch.fx.Node) and callable(checked.target) else str(checked)
+    return (f"run: node {prefix}{node.name!r} ({node.target}) fails on these inputs: "
+            f"{args[1] if len(args) > 1 else 'the program check'} ({what}). The model "
+            "checks a size read from its data (a torch._check, or the bound torch.export "
+            "derived for it) and eager PyTorch fails it too; the plan holds sizes within "
+            "that bound only. Pass inputs within it, or export with a larger bound "
+            "(torch._check(size <= N)) and compile again")
 
 
 def out_of_range(op: torch._ops.OpOverload, args: list, kwargs: Mapping[str, Any]

@@ -174,5 +174,54 @@ def test_a_constant_read_by_other_ops_is_not_transposed_and_its_addmm_is_split()
 
 
 def test_the_slow_product_kernels_are_the_measured_ones() -> None:
-    assert slow_products("1.5.1") == frozenset({"aten::addmm.out"})
+    assert slow_products("1.5.1") == frozenset({"aten::addmm.out", "aten::convolution.out"})
     assert slow_products("0.0.0") == frozenset()
+
+
+class Pointwise(torch.nn.Module):
+    """A 3x3 stem, a 1x1 convolution with a bias, ReLU, a 1x1 without, and a strided 1x1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.expand = torch.nn.Conv2d(8, 32, 1)
+        self.project = torch.nn.Conv2d(32, 8, 1, bias=False)
+        self.strided = torch.nn.Conv2d(8, 4, 1, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.project(torch.relu(self.expand(self.stem(x))))
+        return self.strided(y + x.mean(1, keepdim=True))
+
+
+def test_a_pointwise_convolution_runs_on_mm_with_its_weight_stored_as_a_matrix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule 4: the two 1x1 convolutions of stride 1 become ``mm`` (ExecuTorch's
+    ``convolution.out`` is a naive loop); the 3x3 and the strided 1x1 stay. Equal to eager in
+    ExecuTorch's runtime; the constants as many bytes as before (each weight and bias stored
+    once, reshaped); the arena no larger than without the rule."""
+    torch.manual_seed(0)
+    model, x = Pointwise().eval(), torch.randn(1, 3, 16, 16)
+    edge = _edge(model, (x,))
+    constant_bytes = sum(v.nbytes for v in edge.exported_program().state_dict.values())
+    assert fast_products(edge.exported_program()).pointwise == 2
+    targets = _targets(edge)
+    assert targets.count("aten.convolution.default") == 2
+    assert targets.count("aten.mm.default") == 2
+    state = edge.exported_program()
+    shapes = {tuple(v.shape) for v in [*state.state_dict.values(), *state.constants.values()]}
+    assert {(32, 8), (32, 1, 1), (8, 32)} <= shapes and (32, 8, 1, 1) not in shapes
+    assert sum(v.nbytes for v in [*state.state_dict.values(), *state.constants.values()]) \
+        == constant_bytes
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(_execute(edge.to_executorch().buffer, [x])[0], expected,
+                               rtol=1e-5, atol=1e-5)
+    program = tp.compile(model, (x,))
+    shipped = lower(program, check=True)
+    assert shipped.products.pointwise == 2 and shipped.check.matches
+    assert _kernels(shipped.manager).count("aten::mm.out") == 2
+    monkeypatch.setattr("tensorplan.integrations.executorch.rewrite.slow_products",
+                        lambda: frozenset({"aten::addmm.out"}))  # a runtime with a fast one
+    unmoved = lower(program)
+    assert unmoved.products.pointwise == 0
+    assert shipped.arena_bytes <= unmoved.arena_bytes

@@ -17,7 +17,8 @@ def _ratio(value: int, reference: int) -> str:
 def _products(products: Any) -> str:
     return (f"{products.linears} products made linear without a transpose, "
             f"{products.stored_transposed} constant weights stored transposed, "
-            f"{products.split} addmm made mm + add")
+            f"{products.split} addmm made mm + add, "
+            f"{products.pointwise} 1x1 convolutions made mm")
 
 
 def pte_tables(name: str, shipped: Any, executorch_arena: int) -> Group:

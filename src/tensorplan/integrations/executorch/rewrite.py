@@ -17,7 +17,14 @@ than its ``linear.out``, ``mm.out`` and ``bmm.out`` (``kernels.SLOW_PRODUCTS``,
    transposed, once, in place of the original (the constants grow by nothing), and every one
    of those products becomes ``linear``;
 3. an ``addmm`` still on a slow kernel: ``mm(x, W)`` then ``add(·, b)``, which writes over the
-   product where in-place reuse is on (``add.out`` is measured overlap-safe).
+   product where in-place reuse is on (``add.out`` is measured overlap-safe);
+4. a pointwise convolution (a 1x1 kernel, stride 1, no padding, one group) of one contiguous
+   image with a constant weight read by nothing else, its result read by no ``cat``, where
+   ``convolution.out`` is measured slow (ExecuTorch 1.5.1's is a naive loop, 4-66x its
+   ``mm.out`` at MobileNetV2's shapes):
+   ``mm(W, x)`` of the weight stored as ``[C_out, C_in]`` (in place of the original) and the
+   image viewed as ``[C_in, H * W]``, viewed back as the ``[1, C_out, H, W]`` image it is (the
+   views are ExecuTorch's memory views: no copy), a bias stored as ``[C_out, 1, 1]`` and added.
 
 A ``linear`` takes a 1-D bias; any other bias is added after it. Worked example: GPT-2's
 ``addmm(b, x, w)`` with ``w`` of shape (768, 3072) becomes ``linear(x, w', b)`` with the
@@ -28,6 +35,7 @@ ExecuTorch's runtime.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +49,7 @@ from tensorplan.integrations.executorch.kernels import slow_products
 # an edge product op -> the out-variant kernel it runs on
 _KERNELS: Mapping[str, str] = {"aten.mm.default": "aten::mm.out",
                                "aten.addmm.default": "aten::addmm.out"}
+_CONVOLUTION, _CONVOLUTION_KERNEL = "aten.convolution.default", "aten::convolution.out"
 
 
 @dataclass(frozen=True)
@@ -50,11 +59,12 @@ class ProductRewrites:
     linears: int  # products of a transposed copy made ``linear`` (rule 1)
     stored_transposed: int  # constant weights stored transposed, their products ``linear`` (2)
     split: int  # ``addmm`` made ``mm`` + ``add`` (rule 3)
+    pointwise: int = 0  # 1x1 convolutions made ``mm`` (rule 4)
 
     def __add__(self, other: ProductRewrites) -> ProductRewrites:
         return ProductRewrites(self.linears + other.linears,
                                self.stored_transposed + other.stored_transposed,
-                               self.split + other.split)
+                               self.split + other.split, self.pointwise + other.pointwise)
 
 
 NONE = ProductRewrites(0, 0, 0)
@@ -166,8 +176,9 @@ def fast_products(exported_program: Any, slow: frozenset[str] | None = None) -> 
     ``kernels.slow_products``)."""
     slow = slow_products() if slow is None else slow
     graph = exported_program.graph
-    products = [p for p in map(_product, list(graph.nodes)) if p is not None]
     folded: dict[torch.fx.Node, torch.Tensor] = {}
+    pointwise = _pointwise_convolutions(exported_program, slow, folded)
+    products = [p for p in map(_product, list(graph.nodes)) if p is not None]
     stored = _stored_transposed(exported_program, products, slow, folded)
     linears, split = _rewritten(graph, products, stored, slow)
     for name, body in exported_program.graph_module.named_modules():
@@ -183,7 +194,74 @@ def fast_products(exported_program: Any, slow: frozenset[str] | None = None) -> 
     elif linears or split:
         graph.eliminate_dead_code()
         exported_program.graph_module.recompile()
-    return ProductRewrites(linears, len(stored), split)
+    return ProductRewrites(linears, len(stored), split, pointwise)
+
+
+def _is_pointwise(node: torch.fx.Node, constants: Mapping[torch.fx.Node, torch.Tensor]) -> bool:
+    """Whether ``node`` is rule 4's convolution: 1x1, stride 1, no padding, no dilation, not
+    transposed, one group, of one static contiguous floating-point image, its weight (and
+    bias) constants it alone reads, its result read by no ``cat`` (which makes an input in its
+    slice of the output, ``links.py``: a view between them would keep the two apart, as it
+    did on MixNet's mixed blocks, 491,520 -> 786,432 B)."""
+    if _name(node) != _CONVOLUTION or len(node.args) != 9:
+        return False
+    image, weight, bias, stride, padding, dilation, transposed, _, groups = node.args
+    value, kernel = _value(image), constants.get(weight)
+    return (isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+            and value.dim() == 4 and value.shape[0] == 1
+            and all(isinstance(size, int) for size in value.shape)
+            and value.is_contiguous() and isinstance(kernel, torch.Tensor)
+            and tuple(kernel.shape[2:]) == (1, 1) and len(weight.users) == 1
+            and (bias is None or (bias in constants and len(bias.users) == 1))
+            and set(stride) == {1} and set(padding) == {0} and set(dilation) == {1}
+            and not transposed and groups == 1
+            and all(_name(user) != "aten.cat.default" for user in node.users))
+
+
+def _made(graph: torch.fx.Graph, like: torch.fx.Node, target: Any, arguments: tuple,
+          value: torch.Tensor) -> torch.fx.Node:
+    """A new node ``target(*arguments)`` with ``like``'s meta and the traced ``value``."""
+    new = graph.call_function(target, arguments)
+    new.meta.update(like.meta)
+    new.meta["val"] = value
+    return new
+
+
+def _pointwise_convolutions(exported_program: Any, slow: frozenset[str],
+                            folded: dict[torch.fx.Node, torch.Tensor]) -> int:
+    """Rule 4 on the top-level graph: each convolution made ``mm``; the reshaped constants'
+    values in ``folded`` (for ``fold.fold_table``, as rule 2's). Returns how many."""
+    if _CONVOLUTION_KERNEL not in slow:
+        return 0
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
+
+    constants = get_constant_placeholder_dict(exported_program)
+    graph, view = exported_program.graph, exir_ops.edge.aten.view_copy.default
+    found = [n for n in graph.nodes if _is_pointwise(n, constants)]
+    for node in found:
+        image, weight, bias = node.args[:3]
+        _, channels, height, width = _value(image).shape
+        kernel = constants[weight]
+        made = functools.partial(_made, graph, node)
+        with graph.inserting_before(node):
+            matrix = made(view, (weight, list(kernel.shape[:2])),
+                          _value(weight).view(kernel.shape[:2]))
+            folded[weight], folded[matrix] = kernel, kernel.detach().flatten(1).clone()
+            rows = made(view, (image, [channels, height * width]),
+                        _value(image).view(channels, height * width))
+            product = made(exir_ops.edge.aten.mm.default, (matrix, rows),
+                           torch.mm(_value(matrix), _value(rows)))
+            result = made(view, (product, list(_value(node).shape)), _value(node))
+            if bias is not None:
+                column = made(view, (bias, [kernel.shape[0], 1, 1]),
+                              _value(bias).view(kernel.shape[0], 1, 1))
+                folded[bias], folded[column] = constants[bias], \
+                    constants[bias].detach().view(-1, 1, 1).clone()
+                result = made(exir_ops.edge.aten.add.Tensor, (result, column), _value(node))
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+    return len(found)
 
 
 def _rewritten(graph: torch.fx.Graph, products: list[_Product],

@@ -208,8 +208,8 @@ def _is_pointwise(node: torch.fx.Node, constants: Mapping[torch.fx.Node, torch.T
     image, weight, bias, stride, padding, dilation, transposed, _, groups = node.args
     value, kernel = _value(image), constants.get(weight)
     return (isinstance(value, torch.Tensor) and value.dtype.is_floating_point
-            and value.dim() == 4 and value.shape[0] == 1
-            and all(isinstance(size, int) for size in value.shape)
+            and value.dim() == 4 and all(isinstance(size, int) for size in value.shape)
+            and value.shape[0] == 1  # (a symbolic size compared here would add a guard)
             and value.is_contiguous() and isinstance(kernel, torch.Tensor)
             and tuple(kernel.shape[2:]) == (1, 1) and len(weight.users) == 1
             and (bias is None or (bias in constants and len(bias.users) == 1))

@@ -21,11 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_c_header import CC as C_HEADER_CC
 
 GUIDES = Path(__file__).resolve().parent.parent / "docs" / "guides"
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 LANGUAGES = ("python", "sh", "c", "cpp")
-CC = ["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-I."]
+CC = [*C_HEADER_CC, "-I."]  # the C header's own test's flags, the folder on the path
 
 
 def blocks(guide: str) -> list[tuple[str, str]]:

@@ -50,6 +50,7 @@ from tensorplan.integrations.executorch.kernels import slow_products
 _KERNELS: Mapping[str, str] = {"aten.mm.default": "aten::mm.out",
                                "aten.addmm.default": "aten::addmm.out"}
 _CONVOLUTION, _CONVOLUTION_KERNEL = "aten.convolution.default", "aten::convolution.out"
+_CAT = "aten.cat.default"
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,9 @@ def _stored_transposed(exported_program: Any, products: Iterable[_Product],
                 or not any(_KERNELS[_name(p.node)] in slow for p in reading):
             continue
         with exported_program.graph.inserting_before(reading[0].node):
-            transpose = exported_program.graph.call_function(
-                exir_ops.edge.aten.permute_copy.default, (constant, [1, 0]))
-        transpose.meta.update(constant.meta)
-        transpose.meta["val"] = _value(constant).t()
+            transpose = _made(exported_program.graph, constant,
+                              exir_ops.edge.aten.permute_copy.default, (constant, [1, 0]),
+                              _value(constant).t())
         inserted[constant] = transpose
         folded[constant] = value
         folded[transpose] = value.detach().t().contiguous()
@@ -215,7 +215,7 @@ def _is_pointwise(node: torch.fx.Node, constants: Mapping[torch.fx.Node, torch.T
             and (bias is None or (bias in constants and len(bias.users) == 1))
             and set(stride) == {1} and set(padding) == {0} and set(dilation) == {1}
             and not transposed and groups == 1
-            and all(_name(user) != "aten.cat.default" for user in node.users))
+            and all(_name(user) != _CAT for user in node.users))
 
 
 def _made(graph: torch.fx.Graph, like: torch.fx.Node, target: Any, arguments: tuple,

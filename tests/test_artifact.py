@@ -173,11 +173,12 @@ def test_a_loaded_program_saves_and_loads_again(saved, tmp_path):
 
 def test_write_and_read_artifact_pass_the_parts_without_a_program(saved, tmp_path):
     program, _ = saved
-    write_artifact(tmp_path / "parts.tpz", program.exported_program, program.roles, program.specs,
-                   program.plan, program.schedule)
+    write_artifact(tmp_path / "parts.tpz", program.exported_program, program.specs,
+                   program.document())
     parts = read_artifact(tmp_path / "parts.tpz")
     assert isinstance(parts, ArtifactParts)
     assert parts.plan == program.plan
+    assert parts.options == program.options
     assert dict(parts.specs.tensors()).keys() == dict(program.specs.tensors()).keys()
     assert parts.schedule.alias.storage_of == program.alias.storage_of
     assert parts.schedule.order == program.schedule.order

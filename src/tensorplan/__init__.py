@@ -31,6 +31,7 @@ _install_torchvision_hook()  # a user's `import timm` works beside the CPU torch
 if TYPE_CHECKING:
     from tensorplan.banks.choice import Bank
     from tensorplan.frontend.capture import capture
+    from tensorplan.options import CompileOptions
     from tensorplan.plan.plan import BankPlan, MemoryPlan, PlannedRegion, PlannedStorage
     from tensorplan.plan.planners import Buffer, Placement, PlannerParams, plan_buffers
     from tensorplan.program import Program, compile, load
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 _LAZY = {  # public name -> the module that defines it
     "Bank": "tensorplan.banks.choice",
     "capture": "tensorplan.frontend.capture",
+    "CompileOptions": "tensorplan.options",
     "BankPlan": "tensorplan.plan.plan",
     "MemoryPlan": "tensorplan.plan.plan",
     "PlannedRegion": "tensorplan.plan.plan",
@@ -79,6 +81,7 @@ __all__ = [
     "Bank",
     "BankPlan",
     "Buffer",
+    "CompileOptions",
     "MemoryPlan",
     "Placement",
     "PlannerParams",

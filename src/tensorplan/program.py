@@ -16,18 +16,22 @@ from torch.export import ExportedProgram
 
 from tensorplan.analysis.alias import AliasTable, planned_specs
 from tensorplan.analysis.liveness import GraphLifetimes, lifetimes, scheduled_nodes
-from tensorplan.banks.choice import Bank, BankRequest, bank_request
+from tensorplan.banks.choice import Bank, BankOptions, BankRequest, bank_request
 from tensorplan.errors import InputError, PlanError, TensorPlanError
 from tensorplan.formats.artifact import read_artifact, write_artifact
+from tensorplan.formats.encoding import encode_plan
+from tensorplan.formats.options_json import OPTIONS_KEY, encode_options
 from tensorplan.frontend.capture import ProgramManager, capture
 from tensorplan.frontend.roles import Roles, read_roles
 from tensorplan.internal import stage
+from tensorplan.options import CompileOptions
 from tensorplan.plan.budget import Rewrite, check_arena
 from tensorplan.plan.plan import MemoryPlan, PlanOptions, plan_memory
 from tensorplan.plan.planners import PlannerParams
 from tensorplan.plan.symbolic.stack import with_symbolic
 from tensorplan.rewrite.chunks import Chunking
 from tensorplan.rewrite.chunks import choose as choose_chunks
+from tensorplan.rewrite.options import MAX_PATCH_OVERHEAD, RewriteOptions
 from tensorplan.rewrite.patches import Patching
 from tensorplan.rewrite.patches import choose as choose_patches
 from tensorplan.runtime.lower import Lowered, ProgramFacts, lower_program
@@ -37,8 +41,6 @@ from tensorplan.schedule.order import Order
 from tensorplan.schedule.schedule import Schedule, ScheduleOptions, schedule
 from tensorplan.specs.propagate import propagate
 from tensorplan.specs.spec import SpecTable
-
-MAX_PATCH_OVERHEAD = 1.25  # patches' default multiply-add budget (``compile(max_overhead=)``)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Program:
     #                                    one storage per value, nothing folded)
     patching: Patching | None = None   # the patchings tried and kept (None: not asked for)
     chunking: Chunking | None = None   # the chunkings tried and kept (None: not asked for)
+    options: CompileOptions = CompileOptions()  # what the compile was asked (saved with it)
     _default: list[Runner] = field(default_factory=list, init=False, repr=False, compare=False)
     _made: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
                                   compare=False)
@@ -89,8 +92,7 @@ class Program:
         sizes' arena and grows it to what the largest sizes run so far need
         (``plan.arena_bytes_at``), keeping the state; "upper" allocates the arena at the dims'
         upper bounds once (see ``Runner``)."""
-        return Runner(self.exported_program, self.specs, self.alias, self.plan, self.roles,
-                      self.folded, self.order, arena)
+        return Runner(self, arena)
 
     @property
     def order(self) -> Order | None:
@@ -118,11 +120,18 @@ class Program:
                                                  self.alias.slices),
                                  self.order)
 
+    def document(self, name: str = "model") -> dict[str, Any]:
+        """The plan and every tensor value's spec as a JSON-ready dict (``encode_plan``), with
+        the options the compile ran with (``"options"``)."""
+        return {**encode_plan(self.exported_program, self.roles, self.specs, self.plan,
+                              self.schedule, name),
+                OPTIONS_KEY: encode_options(self.options)}
+
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the program, its specs and its plan to one file; ``tp.load`` reads it back."""
+        """Write the program, its specs, its plan and its options to one file; ``tp.load``
+        reads them back."""
         with stage("save", self.exported_program):
-            write_artifact(path, self.exported_program, self.roles, self.specs, self.plan,
-                           self.schedule)
+            write_artifact(path, self.exported_program, self.specs, self.document())
 
     def run(self, *args: Any, copy_outputs: bool = True, **kwargs: Any) -> Any:
         """Run the program out of its arena; outputs come in the model's own structure.
@@ -168,7 +177,8 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | ProgramManager
             max_overhead: float = MAX_PATCH_OVERHEAD, chunks: str | int | None = None,
             banks: Sequence[Bank] | None = None,
             pin: Mapping[str, str] | None = None,
-            constants_bank: str | None = None, inputs_in_arena: bool = True) -> Program:
+            constants_bank: str | None = None, inputs_in_arena: bool = True,
+            options: CompileOptions | None = None) -> Program:
     """Capture (unless given a program), propagate, fold, order and reuse, plan and verify.
 
     A program may be given as an ``ExportedProgram``, a ``.pt2`` path or ExecuTorch's
@@ -210,58 +220,70 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | ProgramManager
     their upper bounds. The returned plan has been verified. ``max_arena_bytes``: an arena
     above it raises ``PlanError`` (how much over, the peak step and what is live there).
 
+    ``options`` (``tp.CompileOptions``) gives all of the above in one object, as the command
+    line builds it; the keywords then stay at their defaults. The options the compile ran with
+    are ``prog.options``.
+
     >>> prog = compile(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
     >>> prog.plan.arena_bytes, prog.plan.lower_bound_bytes
     (80, 80)
     """
+    asked = CompileOptions.of(
+        algorithm=algorithm, alignment=alignment, time_limit=time_limit, reuse=reuse,
+        reorder=reorder, fold=fold, planner_params=planner_params,
+        max_arena_bytes=max_arena_bytes, patches=patches, max_overhead=max_overhead,
+        chunks=chunks, banks=banks, pin=pin, constants_bank=constants_bank,
+        inputs_in_arena=inputs_in_arena)
+    if options is not None and asked != CompileOptions():
+        raise InputError("compile: give the options either as keywords or as options=, not "
+                         "both (dataclasses.replace the object to change a field)")
     with stage("capture"):
         program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
-    if not inputs_in_arena and banks is not None:
+    return _compiled(program, asked if options is None else options)
+
+
+def _compiled(program: ExportedProgram, options: CompileOptions) -> Program:
+    """The captured ``program`` rewritten, scheduled, planned and verified as ``options`` ask."""
+    rewrite, plan_options, asked_banks = options.rewrite, options.plan, options.banks
+    if not plan_options.inputs_in_arena and asked_banks.banks is not None:
         raise InputError("compile: inputs_in_arena=False places the inputs after the one arena; "
                          "with banks=, pin each input to a bank of its own instead "
                          "(pin={'x': 'frame'})")
-    candidates = Candidates(alignment, ScheduleOptions(reuse, reorder, fold), inputs_in_arena)
+    candidates = Candidates(options)
 
     def chunked(candidate: ExportedProgram) -> tuple[ExportedProgram, Chunking]:
         with stage("chunks", candidate):
-            return choose_chunks(candidate, chunks, candidates.arena_of)
+            return choose_chunks(candidate, rewrite.chunks, candidates.arena_of)
 
     patching = chunking = None
-    if chunks is not None:  # first: a patching is judged against the peak chunks leave
+    if rewrite.chunks is not None:  # first: a patching is judged against the peak chunks leave
         program, chunking = chunked(program)
-    if patches is not None:
+    if rewrite.patches is not None:
         with stage("patches", program):
-            program, patching = choose_patches(program, patches, max_overhead,
+            program, patching = choose_patches(program, rewrite.patches, rewrite.max_overhead,
                                                candidates.arena_of)
         if chunking is not None and chunking.chosen.chunks == 1 and patching.chosen.split:
             program, chunking = chunked(program)  # the patches may have left the layers' peak
     ready = candidates.prepare(program)
     roles, specs, chosen, lives = ready.roles, ready.specs, ready.chosen, ready.lives
-    options = PlanOptions(algorithm=algorithm, alignment=alignment, time_limit=time_limit,
-                          params=PlannerParams() if planner_params is None else planner_params,
-                          inputs_in_arena=inputs_in_arena)
     request = None
-    if banks is not None or pin or constants_bank is not None:
-        if banks is None:
-            raise InputError("banks: pin= and constants_bank= need banks=[tp.Bank(...), ...] "
-                             "(on the command line: --pin and --constants-bank need --bank)")
+    if asked_banks != BankOptions():
         step_names = [n.name for n in scheduled_nodes(program.graph, chosen.order)]
-        request = bank_request(program, specs, chosen.alias, chosen.folded.computed,
-                               step_names, chosen.constant_bytes, banks, pin, constants_bank,
-                               time_limit)
+        request = bank_request(program, specs, chosen, step_names, asked_banks,
+                               plan_options.time_limit)
     with stage("plan", program):
-        plan = _planned(lives, chosen, options, request)
+        plan = _planned(lives, chosen, plan_options, request)
     with stage("symbolic plan", program):
         plan = with_symbolic(plan, program, specs, chosen.alias, roles)
     with stage("plan", program):  # with the symbolic plan: the largest sizes that fit
-        check_arena(plan, max_arena_bytes,
-                    lambda: untried_rewrites(program, candidates, patches is None,
-                                             chunks is None, max_overhead))
+        check_arena(plan, plan_options.max_arena_bytes,
+                    lambda: untried_rewrites(program, candidates, rewrite))
     if os.environ.get("TENSORPLAN_DEBUG") == "1":
         _debug_summary(specs, chosen, plan)
     with stage("alias", program):
         planned = planned_specs(specs, chosen.alias)
-    return Program(program, planned, chosen.alias, plan, roles, chosen, patching, chunking)
+    return Program(program, planned, chosen.alias, plan, roles, chosen, patching, chunking,
+                   options)
 
 
 @dataclass(frozen=True)
@@ -279,10 +301,9 @@ class Candidates:
     its roles, specs, schedule and lifetimes (``prepare``), and its greedy arena (``arena_of``,
     what the rewrites choose by: the inputs counted in it or not, as the compile's plan)."""
 
-    def __init__(self, alignment: int, switches: ScheduleOptions,
-                 inputs_in_arena: bool = True) -> None:
-        self.alignment, self.switches = alignment, switches
-        self.inputs_in_arena = inputs_in_arena
+    def __init__(self, options: CompileOptions) -> None:
+        self.alignment, self.switches = options.plan.alignment, options.schedule
+        self.inputs_in_arena = options.plan.inputs_in_arena
         self._prepared: dict[int, tuple[ExportedProgram, _Prepared]] = {}  # id -> (it, its)
 
     def prepare(self, candidate: ExportedProgram) -> _Prepared:
@@ -300,22 +321,21 @@ class Candidates:
                                     inputs_in_arena=self.inputs_in_arena)).arena_bytes
 
 
-def untried_rewrites(program: ExportedProgram, candidates: Candidates, patches: bool,
-                     chunks: bool, max_overhead: float = MAX_PATCH_OVERHEAD
-                     ) -> tuple[Rewrite, ...]:
-    """What ``chunks="auto"`` (when ``chunks``) and ``patches="auto"`` (when ``patches``; it
-    declines a program with dynamic dims) would plan for ``program`` (each on its own,
-    greedy), for the rewrites they keep: what an arena over its budget suggests. A rewrite
-    that raises is not suggested: the budget's error is the one the user needs."""
+def untried_rewrites(program: ExportedProgram, candidates: Candidates,
+                     asked: RewriteOptions) -> tuple[Rewrite, ...]:
+    """What ``chunks="auto"`` and ``patches="auto"`` (it declines a program with dynamic dims)
+    would plan for ``program`` (each on its own, greedy), where ``asked`` did not ask for
+    them, for the rewrites they keep: what an arena over its budget suggests. A rewrite that
+    raises is not suggested: the budget's error is the one the user needs."""
     found = []
-    if chunks:
+    if asked.chunks is None:
         chunking = _tried("chunks", program, lambda: choose_chunks(
             program, "auto", candidates.arena_of)[1])
         if chunking is not None and chunking.chosen.chunks > 1:
             found.append(Rewrite("chunks", chunking.chosen.arena_bytes))
-    if patches:
+    if asked.patches is None:
         patching = _tried("patches", program, lambda: choose_patches(
-            program, "auto", max_overhead, candidates.arena_of)[1])
+            program, "auto", asked.max_overhead, candidates.arena_of)[1])
         if patching is not None and patching.chosen.split:
             found.append(Rewrite("patches", patching.chosen.arena_bytes))
     return tuple(found)
@@ -372,4 +392,4 @@ def load(path: str | os.PathLike[str]) -> Program:
     with stage("load"):
         parts = read_artifact(path)
     return Program(parts.exported_program, parts.specs, parts.schedule.alias, parts.plan,
-                   parts.roles, parts.schedule)
+                   parts.roles, parts.schedule, options=parts.options)

@@ -282,7 +282,7 @@ def _share_state(b: _Builder, program: ExportedProgram, state: dict[str, str]) -
         target, source = b.storage_of[placeholder], b.storage_of[value]
         if target == source:
             continue
-        if _can_share(b, nodes, order, value, placeholder, target, source):
+        if _can_share(b, nodes, order, value, placeholder):
             b.merge(target, source)
         else:
             write_back.append((value, target))
@@ -290,7 +290,7 @@ def _share_state(b: _Builder, program: ExportedProgram, state: dict[str, str]) -
 
 
 def _can_share(b: _Builder, nodes: Mapping[str, torch.fx.Node], order: Mapping[str, int],
-               value: str, placeholder: str, target: int, source: int) -> bool:
+               value: str, placeholder: str) -> bool:
     """True when the new state ``value`` can be computed straight into the old state's storage.
 
     It must own its storage (an activation of the top-level graph, not a view of a larger one)
@@ -299,6 +299,7 @@ def _can_share(b: _Builder, nodes: Mapping[str, torch.fx.Node], order: Mapping[s
     except the producer itself through its first argument when it has an in-place twin
     (``index_copy`` runs as ``index_copy_`` on the state).
     """
+    target, source = b.storage_of[placeholder], b.storage_of[value]
     if b.kinds.get(source) != "activation" or b.graphs[source] or b.members[source][0] != value:
         return False
     new, old = b.specs.spec_of(value), b.specs.spec_of(placeholder)

@@ -42,6 +42,7 @@ import operator
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import torch
 import torch.fx
@@ -52,6 +53,7 @@ from tensorplan.analysis.liveness import GraphLifetimes
 from tensorplan.errors import InputError, PlanError
 from tensorplan.ops.control_flow import graph_modules
 from tensorplan.ops.schemas import is_view
+from tensorplan.schedule.fold import Folded
 from tensorplan.specs.spec import SpecTable, TensorSpec
 
 MAX_RESOLVES = 8  # capacity tightenings tried when a bank's planned arena exceeds it
@@ -66,6 +68,27 @@ class Bank:
     name: str
     capacity: int | None = None
     cost: float = 1.0
+
+
+class Scheduled(Protocol):
+    """What the bank choice reads of the schedule stage's result (``schedule.Schedule``)."""
+
+    @property
+    def alias(self) -> AliasTable: ...      # the storages, after in-place reuse
+    @property
+    def folded(self) -> Folded: ...         # the values computed at compile time
+    @property
+    def constant_bytes(self) -> int: ...    # bytes of the constants the runs read
+
+
+@dataclass(frozen=True)
+class BankOptions:
+    """The memories a compile places its storages in (``compile(banks=, pin=,
+    constants_bank=)``); the defaults plan one arena."""
+
+    banks: tuple[Bank, ...] | None = None  # memories fastest first; None: one arena
+    pin: tuple[tuple[str, str], ...] = ()  # (value name, bank name): a value kept in a bank
+    constants_bank: str | None = None      # the bank constants are read from (None: slowest)
 
 
 @dataclass(frozen=True)
@@ -120,23 +143,26 @@ class BankRequest:
     time_limit: float
 
 
-def bank_request(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
-                 folded: frozenset[str], step_names: Sequence[str], constant_bytes: int,
-                 banks: Sequence[Bank], pin: Mapping[str, str] | None,
-                 constants_bank: str | None, time_limit: float | None) -> BankRequest:
+def bank_request(program: ExportedProgram, specs: SpecTable, chosen: Scheduled,
+                 step_names: Sequence[str], options: BankOptions,
+                 time_limit: float | None) -> BankRequest:
     """What the planning stage needs to assign banks: the banks checked, each pin turned into
-    its storage (a view: its base; a constant: where its bytes are read from), the traffic.
+    its storage (a view: its base; a constant: where its bytes are read from), the traffic of
+    the ``chosen`` schedule's storages and constants.
 
     Raises ``InputError`` for a bank list that is not valid, or a pin naming no value or no
     bank, or a value inside a control-flow subgraph (pin its control-flow node's operands).
     """
-    banks = check_banks(banks)
-    moved, reads = traffic(program, specs, alias, folded)
-    default = len(banks) - 1 if constants_bank is None else \
-        bank_index(banks, constants_bank, "constants_bank")
+    if options.banks is None:
+        raise InputError("banks: pin= and constants_bank= need banks=[tp.Bank(...), ...] "
+                         "(on the command line: --pin and --constants-bank need --bank)")
+    banks, alias = check_banks(options.banks), chosen.alias
+    moved, reads = traffic(program, specs, alias, chosen.folded.computed)
+    default = len(banks) - 1 if options.constants_bank is None else \
+        bank_index(banks, options.constants_bank, "constants_bank")
     constant_bank = dict.fromkeys(reads, default)
     pins: dict[int | str, int] = {}
-    for value, name in (pin or {}).items():
+    for value, name in options.pin:
         where = bank_index(banks, name, f"the pin of {value!r}")
         spec = specs.spec_of(value)
         if spec is not None and spec.const:
@@ -157,7 +183,7 @@ def bank_request(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
         read_from[where] += reads[value]
         if where != default:
             held[where] += specs.spec_of(value).nbytes
-    held[default] += max(constant_bytes - sum(held), 0)
+    held[default] += max(chosen.constant_bytes - sum(held), 0)
     return BankRequest(banks, pins, moved, dict(enumerate(read_from)), tuple(held),
                        tuple(step_names), DEFAULT_TIME_LIMIT if time_limit is None else time_limit)
 

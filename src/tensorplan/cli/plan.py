@@ -89,23 +89,20 @@ def _report(program: Program, args: argparse.Namespace) -> None:
         console.print(symbolic_summary(program.plan, args.at))
     if program.plan.banks:
         console.print(bank_table(program.plan))
-    headroom = check_arena(program.plan, args.max_arena, lambda: _rewrites(program, args),
+    headroom = check_arena(program.plan, args.max_arena, lambda: _rewrites(program),
                            COMMAND_LINE)
     if headroom is not None:
         print(f"fits the budget of {args.max_arena:,} B with {headroom:,} B to spare")
     _write_outputs(program, args)
 
 
-def _rewrites(program: Program, args: argparse.Namespace) -> tuple[Rewrite, ...]:
-    """What ``--patches auto`` and ``--chunks auto`` would plan, where not given."""
+def _rewrites(program: Program) -> tuple[Rewrite, ...]:
+    """What ``--patches auto`` and ``--chunks auto`` would plan, where the compile did not
+    ask for them."""
     from tensorplan.program import Candidates, untried_rewrites
-    from tensorplan.schedule.schedule import ScheduleOptions
 
-    candidates = Candidates(program.plan.alignment,
-                            ScheduleOptions(args.reuse, args.reorder, args.fold),
-                            not args.inputs_outside)
-    return untried_rewrites(program.exported_program, candidates, args.patches is None,
-                            args.chunks is None)
+    return untried_rewrites(program.exported_program, Candidates(program.options),
+                            program.options.rewrite)
 
 
 def _write_outputs(program: Program, args: argparse.Namespace) -> None:

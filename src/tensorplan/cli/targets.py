@@ -20,35 +20,23 @@ import importlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 
 from tensorplan import zoo
-from tensorplan.banks.choice import Bank
+from tensorplan.banks.choice import BankOptions
 from tensorplan.cli.options import FORMS, banks
 from tensorplan.errors import InputError
 from tensorplan.formats.artifact import is_artifact
 from tensorplan.frontend.capture import capture
 from tensorplan.frontend.pt2 import other_format
+from tensorplan.options import CompileOptions
 from tensorplan.plan.plan import PlanOptions
 from tensorplan.program import Program, compile, load
+from tensorplan.rewrite.options import RewriteOptions
 from tensorplan.schedule.schedule import ScheduleOptions
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    """How a target is compiled: the plan stage's options and the schedule's switches."""
-
-    plan: PlanOptions = PlanOptions()              # planner, alignment, time limit, tuning
-    schedule: ScheduleOptions = ScheduleOptions()  # in-place reuse, node order, folding
-    patches: str | tuple[int, int] | None = None   # patch-by-patch prefix (rewrite/patches.py)
-    banks: tuple[Bank, ...] | None = None          # memory banks, fastest first (tensorplan.banks)
-    pin: tuple[tuple[str, str], ...] = ()          # (value, bank) pins
-    chunks: str | int | None = None                # token rows chunk by chunk (rewrite/chunks.py)
-    constants_bank: str | None = None              # the bank the constants are read from
 
 
 def compile_options(args: argparse.Namespace) -> CompileOptions | None:
@@ -65,11 +53,10 @@ def compile_options(args: argparse.Namespace) -> CompileOptions | None:
     pins = tuple(getattr(args, "pin", ()))
     chunked = getattr(args, "chunks", None)
     constants_bank = getattr(args, "constants_bank", None)
-    if not given and switches == ScheduleOptions() and args.patches is None and chosen is None \
-            and not pins and chunked is None and constants_bank is None:
-        return None
-    return CompileOptions(dataclasses.replace(PlanOptions(), **given), switches, args.patches,
-                          chosen, pins, chunked, constants_bank)
+    asked = CompileOptions(RewriteOptions(args.patches, chunks=chunked), switches,
+                           BankOptions(chosen, pins, constants_bank),
+                           dataclasses.replace(PlanOptions(), **given))
+    return None if asked == CompileOptions() else asked
 
 
 def load_target(target: str, params: CompileOptions | None = None,
@@ -87,7 +74,7 @@ def load_target(target: str, params: CompileOptions | None = None,
     if example is None:
         return _from_file(target, params, command)
     return compile(example.model, example.args, example.kwargs,
-                   dynamic_shapes=example.dynamic_shapes, **_options(params))
+                   dynamic_shapes=example.dynamic_shapes, options=params)
 
 
 def load_example(target: str) -> zoo.Example | None:
@@ -111,17 +98,6 @@ def target_name(target: str) -> str:
     return target.rpartition(":")[2]
 
 
-def _options(params: CompileOptions | None) -> dict[str, Any]:
-    """``compile``'s keywords from ``params`` (the defaults when None)."""
-    options = params or CompileOptions()
-    p, s = options.plan, options.schedule
-    return {"algorithm": p.algorithm, "alignment": p.alignment, "time_limit": p.time_limit,
-            "planner_params": p.params, "reuse": s.reuse, "reorder": s.reorder, "fold": s.fold,
-            "patches": options.patches, "chunks": options.chunks, "banks": options.banks,
-            "pin": dict(options.pin) or None, "constants_bank": options.constants_bank,
-            "inputs_in_arena": p.inputs_in_arena}
-
-
 def load_exported(path: str, *, command: str) -> ExportedProgram:
     """The program in a ``.pt2`` file or a tensorplan program file, not planned yet; a file
     of another kind raises ``InputError`` saying what to give ``command`` instead."""
@@ -133,7 +109,7 @@ def _from_file(path: str, params: CompileOptions | None, command: str) -> Progra
     _require_program_file(path, command)
     if params is None and is_artifact(path):
         return load(path)
-    return compile(load_exported(path, command=command), **_options(params))
+    return compile(load_exported(path, command=command), options=params)
 
 
 def _require_program_file(path: str, command: str) -> None:

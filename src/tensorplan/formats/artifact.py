@@ -26,6 +26,7 @@ import json
 import os
 import zipfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,19 +38,19 @@ from tensorplan.analysis.liveness import lifetimes
 from tensorplan.errors import FormatError
 from tensorplan.formats.encoding import (
     Fields,
-    SavedSchedule,
     check_kind,
     check_values,
     decode_plan,
     decode_schedule,
-    encode_plan,
     parse_json,
     verify_decoded,
 )
+from tensorplan.formats.options_json import OPTIONS_KEY, decode_options
 from tensorplan.frontend.pt2 import load_exported, save_exported
 from tensorplan.frontend.roles import Roles, read_roles
+from tensorplan.options import CompileOptions
 from tensorplan.plan.plan import MemoryPlan, PlannedStorage
-from tensorplan.schedule.schedule import Schedule, replay
+from tensorplan.schedule.schedule import Decided, Schedule, replay
 from tensorplan.specs.propagate import propagate
 from tensorplan.specs.spec import SpecTable
 
@@ -69,12 +70,13 @@ class ArtifactParts:
     plan: MemoryPlan                   # the saved plan, field by field
     roles: Roles                       # what every placeholder and output is
     schedule: Schedule                 # the saved node order, reuse and folding, made again
+    options: CompileOptions            # what the saved program was compiled with
 
 
 def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgram,
-                   roles: Roles, specs: SpecTable, plan: MemoryPlan,
-                   schedule: Schedule | None = None) -> None:
-    """Write the program, its specs and its plan to ``path`` (replaced atomically).
+                   specs: SpecTable, document: Mapping[str, Any]) -> None:
+    """Write the program and its plan ``document`` (``encode_plan``'s, with the compile
+    options under ``options_json.OPTIONS_KEY``) to ``path`` (replaced atomically).
 
     ``read_artifact`` reads them back. Raises ``FormatError`` when torch.export cannot
     serialise the program.
@@ -91,7 +93,6 @@ def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgr
         raise FormatError(f"save: torch.export cannot serialize this program "
                           f"({type(error).__name__}: {message}); {hint}") from error
     manifest = {"format": FORMAT, "version": FORMAT_VERSION, "torch": torch.__version__}
-    document = encode_plan(exported_program, roles, specs, plan, schedule)
     partial = f"{os.fspath(path)}.{os.getpid()}.partial"
     try:
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -157,11 +158,13 @@ def read_artifact(path: str | os.PathLike[str]) -> ArtifactParts:
     specs = planned_specs(specs, chosen.alias)
     check_values(document, specs)
     _check_fit(plan, exported, chosen, document.where)
+    options = decode_options(contents.plan[OPTIONS_KEY], f"{where}: {PLAN_MEMBER}") \
+        if OPTIONS_KEY in contents.plan else CompileOptions()
     return ArtifactParts(exported_program=exported, specs=specs, plan=plan, roles=roles,
-                         schedule=chosen)
+                         schedule=chosen, options=options)
 
 
-def _replay(saved: SavedSchedule, exported: ExportedProgram, specs: SpecTable, roles: Roles,
+def _replay(saved: Decided, exported: ExportedProgram, specs: SpecTable, roles: Roles,
             where: str) -> Schedule:
     """The saved schedule made again on the embedded program. Nodes the deserialiser added
     (``getitem`` of unused outputs) run right after the node they read."""
@@ -175,8 +178,7 @@ def _replay(saved: SavedSchedule, exported: ExportedProgram, specs: SpecTable, r
         if node.name not in order:
             after = max(order.index(n.name) for n in node.all_input_nodes)
             order.insert(after + 1, node.name)
-    return replay(exported, specs, roles, tuple(order), saved.order_name, saved.reuse,
-                  saved.fold, saved.unfolded)
+    return replay(exported, specs, roles, replace(saved, order=tuple(order)))
 
 
 def read_plan(path: str | os.PathLike[str]) -> Fields:

@@ -25,7 +25,7 @@ from tensorplan.frontend.roles import Roles
 from tensorplan.plan.plan import BankPlan, MemoryPlan, PlannedRegion, PlannedStorage
 from tensorplan.plan.symbolic.dims import DimRange, SymbolicPlan
 from tensorplan.plan.symbolic.sizes import SizeExpr
-from tensorplan.schedule.schedule import Schedule
+from tensorplan.schedule.schedule import Decided, Schedule
 from tensorplan.specs.spec import SpecTable, TensorSpec, canonical
 
 SCHEMA = "tensorplan.plan"  # the "schema" field of every plan document
@@ -140,17 +140,6 @@ def _graph_info(exported_program: ExportedProgram, roles: Roles, name: str) -> d
         "nodes": len(exported_program.graph.nodes),
         "torch": torch.__version__,
     }
-
-
-@dataclasses.dataclass(frozen=True)
-class SavedSchedule:
-    """What a loader needs to make a program's schedule again (``schedule.replay``)."""
-
-    order: tuple[str, ...] | None  # top-level node names in run order (None: graph order)
-    order_name: str                # exported | memory-greedy | depth-first
-    reuse: bool                    # in-place reuse ran
-    fold: bool                     # constants were folded
-    unfolded: frozenset[str] = frozenset()  # foldable nodes left to run
 
 
 def _schedule(schedule: Schedule | None) -> dict[str, Any]:
@@ -360,7 +349,7 @@ def _check_symbolic_keys(plan: MemoryPlan, where: str) -> None:
                           "plan's regions")
 
 
-def decode_schedule(document: Fields) -> SavedSchedule:
+def decode_schedule(document: Fields) -> Decided:
     """The schedule a document written by ``encode_plan`` holds (not yet checked against a
     program)."""
     saved = Fields(document.get("schedule", dict), f"{document.where}: schedule")
@@ -368,7 +357,7 @@ def decode_schedule(document: Fields) -> SavedSchedule:
     if order is not None:
         order = saved.items("order", str)
     unfolded = saved.items("unfolded", str) if "unfolded" in saved.data else ()
-    return SavedSchedule(order, document.get("order", str), saved.get("reuse", bool),
+    return Decided(order, document.get("order", str), saved.get("reuse", bool),
                          saved.get("fold", bool), frozenset(unfolded))
 
 

@@ -43,6 +43,7 @@ class PlanOptions:
     params: PlannerParams = PlannerParams()  # the planners' tuning constants and pruning switches
     inputs_in_arena: bool = True    # False: the user inputs in a buffer of their own after the
     #                                 arena (a camera's frame buffer), not counted in it
+    max_arena_bytes: int | None = None  # a budget: a larger arena raises PlanError
 
 
 @dataclass(frozen=True)

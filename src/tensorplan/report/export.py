@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tensorplan.formats.encoding import encode_plan
 from tensorplan.plan.plan import MemoryPlan, PlannedStorage
 from tensorplan.plan.symbolic.sizes import SizeExpr
 from tensorplan.program import Program
@@ -13,15 +12,15 @@ from tensorplan.report.c_values import SHARED_TYPES, c_array, value_table
 
 
 def plan_to_json(program: Program, name: str = "model") -> dict[str, Any]:
-    """The plan and every tensor value's spec as a JSON-ready dict (see ``encoding.encode_plan``).
+    """The plan and every tensor value's spec as a JSON-ready dict (see ``encoding.encode_plan``),
+    with the compile's options (``Program.document``).
 
     >>> import torch, tensorplan as tp
     >>> doc = plan_to_json(tp.compile(torch.nn.Linear(4, 2), (torch.randn(3, 4),)), "linear")
     >>> doc["schema"], doc["model"]["name"], doc["arena_bytes"]
     ('tensorplan.plan', 'linear', 80)
     """
-    return encode_plan(program.exported_program, program.roles, program.specs, program.plan,
-                       program.schedule, name)
+    return program.document(name)
 
 
 def c_identifier(text: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.export import ExportedProgram
@@ -35,7 +35,7 @@ from tensorplan.runtime.graph import GraphRunner
 from tensorplan.runtime.inputs import bind_inputs, flatten_inputs
 from tensorplan.runtime.lower import ProgramFacts
 from tensorplan.runtime.steps import RunStats, StepContext
-from tensorplan.schedule.fold import NOTHING_FOLDED, Folded, constant_tensors
+from tensorplan.schedule.fold import Folded, constant_tensors
 from tensorplan.specs.spec import SpecTable
 
 
@@ -60,13 +60,30 @@ class Update(enum.Enum):
     IN_PLACE = "in place"  # nothing: the new state was computed in its buffer's storage
 
 
+class PlannedProgram(Protocol):
+    """What a runner runs: a program with its tables and verified plan (``tp.Program``)."""
+
+    @property
+    def exported_program(self) -> ExportedProgram: ...  # the core-ATen program
+    @property
+    def specs(self) -> SpecTable: ...                   # every value's spec
+    @property
+    def alias(self) -> AliasTable: ...                  # which values share storage
+    @property
+    def plan(self) -> MemoryPlan: ...                   # offsets of every storage
+    @property
+    def roles(self) -> Roles: ...                       # what each placeholder and output is
+    @property
+    def folded(self) -> Folded: ...                     # values computed at compile time
+    @property
+    def order(self) -> Sequence[str] | None: ...        # top-level run order (None: graph's)
+
+
 class Runner:
     """Runs one planned program out of its own arena, one call at a time."""
 
     @stage("runtime lowering")
-    def __init__(self, program: ExportedProgram, specs: SpecTable, alias: AliasTable,
-                 plan: MemoryPlan, roles: Roles, folded: Folded = NOTHING_FOLDED,
-                 order: Sequence[str] | None = None, arena: str = "grow") -> None:
+    def __init__(self, planned: PlannedProgram, arena: str = "grow") -> None:
         """``arena``: "grow" (the default) starts at the smallest sizes' arena and grows it
         to what the largest sizes run so far need, keeping the state: it measured as fast as
         or faster than "upper" at 21 of 27 sizes (``bench_symbolic.py``: a smaller arena is
@@ -75,13 +92,15 @@ class Runner:
         once. A static plan has one size: both are the same."""
         if arena not in ("upper", "grow"):
             raise InputError(f"runtime: arena must be 'upper' or 'grow', got {arena!r}")
-        self.program, self.roles, self.plan, self.order = program, roles, plan, order
+        program, roles, plan, folded = (planned.exported_program, planned.roles, planned.plan,
+                                        planned.folded)
+        self.program, self.roles, self.plan, self.order = program, roles, plan, planned.order
         call_spec = program.call_spec  # built anew on each access: read it once
         self.in_spec, self.out_spec = call_spec.in_spec, call_spec.out_spec
         leaves = self.in_spec.num_leaves
         self.positional = pytree.tree_flatten((tuple(range(leaves)), {}))[1] == self.in_spec
         _, self.shape_env = program_shape_env(program)
-        self.facts = ProgramFacts.of(specs, roles, folded, alias.slices)
+        self.facts = ProgramFacts.of(planned.specs, roles, folded, planned.alias.slices)
         self.stats = RunStats()
         self.grows = arena == "grow" and plan.symbolic is not None and _state_stays(plan)
         self.constants = {**constant_tensors(program, roles), **folded.kept}
@@ -91,7 +110,7 @@ class Runner:
         self.input_slots = [slot_of[name] for name in roles.user_inputs]
         self.state_slots = {buffer: slot_of[placeholder]
                             for placeholder, buffer in roles.state_buffers.items()}
-        self.updates = self._updates(alias, slot_of)
+        self.updates = self._updates(planned.alias, slot_of)
         self._lock = threading.Lock()
         self._running = stage("run", program,
                               unless="the model itself fails on these inputs in eager")

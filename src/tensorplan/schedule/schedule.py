@@ -169,16 +169,28 @@ def _reuse(program: ExportedProgram, specs: SpecTable, alias: AliasTable, order:
     return concat_in_place(program, specs, reused, order), reuses
 
 
-def replay(program: ExportedProgram, specs: SpecTable, roles: Roles, order: Order,
-           order_name: str, reuse: bool, fold: bool,
-           unfolded: frozenset[str] = frozenset()) -> Schedule:
-    """A schedule decided before (a saved program), made again: fold when ``fold`` (all but
-    ``unfolded``), then reuse along ``order`` when ``reuse``. Deterministic; plans nothing
-    (the baseline and constant figures are left at 0)."""
-    folded = fold_constants(program, specs, roles, unfolded) if fold else NOTHING_FOLDED
+@dataclass(frozen=True)
+class Decided:
+    """A schedule's choices, as a saved program keeps them for ``replay``."""
+
+    order: tuple[str, ...] | None  # top-level node names in run order (None: graph order)
+    order_name: str                # exported | memory-greedy | depth-first
+    reuse: bool                    # in-place reuse ran
+    fold: bool                     # constants were folded
+    unfolded: frozenset[str] = frozenset()  # foldable nodes left to run
+
+
+def replay(program: ExportedProgram, specs: SpecTable, roles: Roles,
+           decided: Decided) -> Schedule:
+    """A schedule decided before (a saved program), made again: fold when ``decided.fold``
+    (all but its ``unfolded``), then reuse along its order when ``decided.reuse``.
+    Deterministic; plans nothing (the baseline and constant figures are left at 0)."""
+    folded = fold_constants(program, specs, roles, decided.unfolded) if decided.fold \
+        else NOTHING_FOLDED
     alias = analyze(program, specs, roles, folded.computed)
-    reused, reuses = _reuse(program, specs, alias, order, reuse)
-    return Schedule(reused, order, order_name, reuse, reuses, folded)
+    order = decided.order if decided.order is not None else exported_order(program.graph)
+    reused, reuses = _reuse(program, specs, alias, order, decided.reuse)
+    return Schedule(reused, order, decided.order_name, decided.reuse, reuses, folded)
 
 
 def schedule(program: ExportedProgram, specs: SpecTable, roles: Roles,

@@ -73,6 +73,25 @@ class InvertedResiduals(torch.nn.Module):
         return self.head(self.pool(y).flatten(1))
 
 
+class HardSwishStem(torch.nn.Module):
+    """MobileNetV3's first layers at 64x64: a stride-2 stem and a depthwise conv, each followed
+    by a hardswish (the Cortex-M passes make it ``minimum`` with a 0-d constant and
+    ``quantized_mul``), a pointwise and a stride-2 conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        conv, hardswish = torch.nn.Conv2d, torch.nn.Hardswish
+        self.stem = torch.nn.Sequential(conv(3, 16, 3, stride=2, padding=1), hardswish())
+        self.block = torch.nn.Sequential(
+            conv(16, 16, 3, padding=1, groups=16), hardswish(), conv(16, 24, 1),
+            conv(24, 24, 3, stride=2, padding=1), torch.nn.ReLU6())
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.head = torch.nn.Linear(24, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pool(self.block(self.stem(x))).flatten(1))
+
+
 def _image(size: int = 32) -> torch.Tensor:
     return torch.randn(1, 3, size, size).to(memory_format=CL)
 
@@ -216,3 +235,24 @@ def test_a_program_whose_quantization_has_no_patch_rule_is_planned_as_it_stands(
     assert "quantize_per_tensor" in prog.patching.stopped
     with torch.no_grad():
         assert torch.equal(prog.run(image), quantized.module()(image))
+
+
+def test_hardswish_kernels_run_patch_by_patch_bitwise_equal() -> None:
+    """``minimum`` (with a 0-d constant every patch reads whole) and ``quantized_mul`` are
+    pointwise: the patches run through both hardswishes to the stride-2 conv, each patch
+    quantized from the image's patch, 49,152 -> 13,456 B with the image outside the arena
+    (ExecuTorch: 57,344 B), bitwise equal to the edge program."""
+    flow, image = _flow(HardSwishStem, 64)
+    program = flow.manager.exported_program()
+    assert {"cortex_m::minimum", "cortex_m::quantized_mul"} <= _kernels(program)
+    whole = tp.compile(flow.manager, inputs_in_arena=False)
+    patched = tp.compile(flow.manager, patches="auto", inputs_in_arena=False)
+    chosen = patched.patching.chosen
+    assert executorch_planned_bytes(flow.manager, inputs_in_arena=False) == 57_344
+    assert (whole.plan.arena_bytes, patched.plan.arena_bytes) == (49_152, 13_456)
+    assert (chosen.split, chosen.grid, chosen.source) == \
+        ("cortex_m_quantized_conv2d_default_2", (4, 4), "x")
+    assert {"cortex_m_minimum_default_1", "cortex_m_quantized_mul_default_1"} <= {
+        name.partition("_patch")[0] for name in patched.specs}
+    for x in (image, _image(64)):
+        assert torch.equal(patched.run(x), program.module()(x))

@@ -177,27 +177,33 @@ def _runs_per_patch(node: torch.fx.Node) -> bool:
         return window(node) is not None
     positions = image_positions(node)
     if positions is not None:  # a Cortex-M pointwise kernel
-        return all(_image_of(node.args[i], _extent(node)) for i in positions)
+        return _pointwise_over(node, [node.args[i] for i in positions])
     if op is _BATCH_NORM:
         return True
     if isinstance(op, torch._ops.OpOverload) and (torch.Tag.pointwise in op.tags
                                                    or op in _IDENTITY_LIKE):
-        out = _extent(node)
-        return any(_image_of(a, out) for a in node.all_input_nodes) and all(
-            _image_of(a, out) or _constant_over_space(a) for a in node.all_input_nodes)
+        return _pointwise_over(node, node.all_input_nodes)
     return False
+
+
+def _pointwise_over(node: torch.fx.Node, operands: Sequence[Any]) -> bool:
+    """A pointwise ``node`` runs per patch when one of its tensor ``operands`` is the image
+    and every other is the image too or the same at every pixel (read whole by each patch)."""
+    out = _extent(node)
+    return any(_image_of(a, out) for a in operands) and all(
+        _image_of(a, out) or _constant_over_space(a) for a in operands)
 
 
 def _spatial_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The arguments of a per-patch op that carry the image (the rest are weights, scalars)."""
     if node.target is operator.getitem:
         return [node.args[0]]
-    if node.target in (_CONV, _BATCH_NORM, _MAX_POOL, _AVG_POOL, _PAD):
+    if node.target in (_CONV, _BATCH_NORM, _MAX_POOL, _AVG_POOL, _PAD) \
+            or int8_conv(node) is not None:
         return [node.args[0]]
     positions = image_positions(node)
-    if positions is not None:
-        return [node.args[i] for i in positions]
-    return [a for a in node.all_input_nodes if _image_of(a, _extent(node))]
+    operands = node.all_input_nodes if positions is None else [node.args[i] for i in positions]
+    return [a for a in operands if _image_of(a, _extent(node))]
 
 
 @dataclass(frozen=True)

@@ -76,20 +76,24 @@ class InvertedResiduals(torch.nn.Module):
 class HardSwishStem(torch.nn.Module):
     """MobileNetV3's first layers at 64x64: a stride-2 stem and a depthwise conv, each followed
     by a hardswish (the Cortex-M passes make it ``minimum`` with a 0-d constant and
-    ``quantized_mul``), a pointwise and a stride-2 conv."""
+    ``quantized_mul``), a pointwise conv, a SiLU (a sigmoid's table, ``quantized_activation``,
+    and a ``quantized_mul``), an elementwise maximum (left an edge-dialect ``aten.maximum``)
+    and a stride-2 conv."""
 
     def __init__(self) -> None:
         super().__init__()
         conv, hardswish = torch.nn.Conv2d, torch.nn.Hardswish
         self.stem = torch.nn.Sequential(conv(3, 16, 3, stride=2, padding=1), hardswish())
-        self.block = torch.nn.Sequential(
-            conv(16, 16, 3, padding=1, groups=16), hardswish(), conv(16, 24, 1),
-            conv(24, 24, 3, stride=2, padding=1), torch.nn.ReLU6())
+        self.block = torch.nn.Sequential(conv(16, 16, 3, padding=1, groups=16), hardswish(),
+                                         conv(16, 24, 1))
+        self.down = torch.nn.Sequential(conv(24, 24, 3, stride=2, padding=1), torch.nn.ReLU6())
         self.pool = torch.nn.AdaptiveAvgPool2d(1)
         self.head = torch.nn.Linear(24, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.pool(self.block(self.stem(x))).flatten(1))
+        y = self.block(self.stem(x))
+        y = torch.maximum(y * torch.sigmoid(y), y)
+        return self.head(self.pool(self.down(y)).flatten(1))
 
 
 def _image(size: int = 32) -> torch.Tensor:
@@ -237,22 +241,25 @@ def test_a_program_whose_quantization_has_no_patch_rule_is_planned_as_it_stands(
         assert torch.equal(prog.run(image), quantized.module()(image))
 
 
-def test_hardswish_kernels_run_patch_by_patch_bitwise_equal() -> None:
-    """``minimum`` (with a 0-d constant every patch reads whole) and ``quantized_mul`` are
-    pointwise: the patches run through both hardswishes to the stride-2 conv, each patch
-    quantized from the image's patch, 49,152 -> 13,456 B with the image outside the arena
-    (ExecuTorch: 57,344 B), bitwise equal to the edge program."""
+def test_hardswish_and_silu_kernels_run_patch_by_patch_bitwise_equal() -> None:
+    """``minimum`` (with a 0-d constant every patch reads whole), ``quantized_mul``,
+    ``quantized_activation`` and the edge-dialect ``aten.maximum`` are pointwise: the patches
+    run through them to the stride-2 conv, each patch quantized from the image's patch,
+    73,728 -> 13,456 B with the image outside the arena (ExecuTorch: 73,728 B), bitwise equal
+    to the edge program."""
     flow, image = _flow(HardSwishStem, 64)
     program = flow.manager.exported_program()
-    assert {"cortex_m::minimum", "cortex_m::quantized_mul"} <= _kernels(program)
+    assert {"cortex_m::minimum", "cortex_m::quantized_mul", "cortex_m::quantized_activation",
+            "aten::maximum"} <= _kernels(program)
     whole = tp.compile(flow.manager, inputs_in_arena=False)
     patched = tp.compile(flow.manager, patches="auto", inputs_in_arena=False)
     chosen = patched.patching.chosen
-    assert executorch_planned_bytes(flow.manager, inputs_in_arena=False) == 57_344
-    assert (whole.plan.arena_bytes, patched.plan.arena_bytes) == (49_152, 13_456)
+    assert executorch_planned_bytes(flow.manager, inputs_in_arena=False) == 73_728
+    assert (whole.plan.arena_bytes, patched.plan.arena_bytes) == (73_728, 13_456)
     assert (chosen.split, chosen.grid, chosen.source) == \
         ("cortex_m_quantized_conv2d_default_2", (4, 4), "x")
-    assert {"cortex_m_minimum_default_1", "cortex_m_quantized_mul_default_1"} <= {
-        name.partition("_patch")[0] for name in patched.specs}
+    patched_nodes = {name.partition("_patch")[0] for name in patched.specs}
+    assert {"cortex_m_minimum_default_1", "cortex_m_quantized_activation_default",
+            "aten_maximum_default"} <= patched_nodes
     for x in (image, _image(64)):
         assert torch.equal(patched.run(x), program.module()(x))

@@ -14,10 +14,10 @@ them:
   depth_multiplier, input_offset, ...)``: the weight is ``[1, kh, kw, out]``, one window per
   output channel;
 - ``quantized_add(self, ..., other, ...)``: pointwise on its images, arguments 0 and 4;
-- ``quantized_mul(self, ..., other, ...)`` (arguments 0 and 2), ``minimum(self, other)`` and
-  ``maximum(self, other)`` (0 and 1), ``quantized_activation(input, lut)`` (0): pointwise, as
-  their reference implementations compute them (broadcasting, element by element). One of the
-  two may be the same at every pixel (hardswish's ``minimum`` with a 0-d constant, a
+- ``quantized_mul(self, ..., other, ...)`` (arguments 0 and 2), ``minimum(self, other)`` (0
+  and 1), ``quantized_activation(input, lut)`` (0, a sigmoid's table): pointwise, as their
+  reference implementations compute them (broadcasting, element by element). One of the two
+  may be the same at every pixel (hardswish's ``minimum`` with a 0-d constant, a
   squeeze-excitation gate of shape ``[1, C, 1, 1]``): every patch reads it whole;
 - ``quantize_per_tensor(input, ...)`` of the float input image: pointwise on argument 0. The
   patch rewrite tries it both ways: run once, whole, before the patches, which are cut from
@@ -58,7 +58,6 @@ _POINTWISE = {  # the positions of the arguments that carry the image (or the sa
     "cortex_m::quantized_add": (0, 4),
     "cortex_m::quantized_mul": (0, 2),
     "cortex_m::minimum": (0, 1),
-    "cortex_m::maximum": (0, 1),
     "cortex_m::quantized_activation": (0,),
     _QUANTIZE: (0,),
 }

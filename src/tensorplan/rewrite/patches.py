@@ -180,7 +180,8 @@ def _runs_per_patch(node: torch.fx.Node) -> bool:
         return _pointwise_over(node, [node.args[i] for i in positions])
     if op is _BATCH_NORM:
         return True
-    aten_op = getattr(op, "_op", op)  # an edge-dialect operator wraps its ATen overload
+    aten_op = op if isinstance(op, torch._ops.OpOverload) \
+        else getattr(op, "_op", op)  # an edge-dialect operator wraps its ATen overload
     if isinstance(aten_op, torch._ops.OpOverload) and (torch.Tag.pointwise in aten_op.tags
                                                        or aten_op in _IDENTITY_LIKE):
         return _pointwise_over(node, node.all_input_nodes)

@@ -4,8 +4,11 @@ Usage: ``python benchmarks/bench_int8.py [--out FILE] [--models a,b]``
 
 Each model (random weights, batch 1, channels-last) goes through ExecuTorch's own Cortex-M flow
 (``cortex_m.py``: ``CortexMQuantizer``, ``to_edge``, ``CortexMPassManager``): torchvision's
-MobileNetV2 at 224x224 and 160x160 (the issue's and MCUNetV2's setting) and a CNN no zoo model
-is (``fresh_inverted_residuals_96``: three inverted-residual blocks of other widths at 96x96).
+MobileNetV2 at 224x224 and 160x160 (the issue's and MCUNetV2's setting), a CNN no zoo model
+is (``fresh_inverted_residuals_96``: three inverted-residual blocks of other widths at 96x96),
+and the models of ExecuTorch's own Cortex-M tests at their tests' sizes (torchvision's
+MobileNetV3-small at 232x232; MLPerf Tiny's MobileNetV1-0.25 at 96x96, ResNet8 at 32x32 and
+DS-CNN on a 49x10 spectrogram, as ``executorch.examples.models.mlperf_tiny`` builds them).
 Measured two ways, as deployments count: with the float input image in the arena (it is the
 program's input, alive until its ``quantize_per_tensor``; TensorFlow Lite Micro counts so) and
 with the image in a buffer of its own (``compile(inputs_in_arena=False)``, ExecuTorch's
@@ -38,12 +41,26 @@ TARGET_PATCHED = 0.5  # patched arena / ExecuTorch's planning
 MCUNETV2_224 = 172_000  # MCUNetV2's MobileNetV2 int8 at 224, patch by patch, image not counted
 
 
-def _image(size: int) -> Callable[[], torch.Tensor]:
-    return lambda: torch.randn(1, 3, size, size).to(memory_format=torch.channels_last)
+def _image(shape: tuple[int, ...]) -> Callable[[], torch.Tensor]:
+    return lambda: torch.randn(shape).to(memory_format=torch.channels_last)
 
 
 def _mobilenet_v2() -> torch.nn.Module:
     return import_torchvision().models.mobilenet_v2(weights=None)
+
+
+def _mobilenet_v3_small() -> torch.nn.Module:
+    return import_torchvision().models.mobilenet_v3_small(weights=None)
+
+
+def _mlperf_tiny(name: str) -> Callable[[], torch.nn.Module]:
+    """The MLPerf Tiny model class ``name`` that ExecuTorch ships
+    (``executorch.examples.models.mlperf_tiny``, its Cortex-M tests' models)."""
+    def build() -> torch.nn.Module:
+        from executorch.examples.models import mlperf_tiny
+
+        return getattr(mlperf_tiny, name)()
+    return build
 
 
 class _InvertedResiduals(torch.nn.Module):
@@ -71,10 +88,16 @@ class _InvertedResiduals(torch.nn.Module):
         return self.head(self.third(y) + y)
 
 
-MODELS: dict[str, tuple[Callable[[], torch.nn.Module], int]] = {
-    "mobilenet_v2_224": (_mobilenet_v2, 224),
-    "mobilenet_v2_160": (_mobilenet_v2, 160),
-    "fresh_inverted_residuals_96": (_InvertedResiduals, 96),
+MODELS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...]]] = {
+    "mobilenet_v2_224": (_mobilenet_v2, (1, 3, 224, 224)),
+    "mobilenet_v2_160": (_mobilenet_v2, (1, 3, 160, 160)),
+    "fresh_inverted_residuals_96": (_InvertedResiduals, (1, 3, 96, 96)),
+    # the models of ExecuTorch's own Cortex-M tests (backends/cortex_m/test/models), at their
+    # tests' input sizes
+    "executorch_mobilenet_v3_small_232": (_mobilenet_v3_small, (1, 3, 232, 232)),
+    "executorch_mobilenet_v1_025_96": (_mlperf_tiny("MobileNetV1025"), (1, 3, 96, 96)),
+    "executorch_resnet8_32": (_mlperf_tiny("ResNet8"), (1, 3, 32, 32)),
+    "executorch_ds_cnn_49x10": (_mlperf_tiny("DSCNNKWS"), (1, 1, 49, 10)),
 }
 
 
@@ -110,9 +133,9 @@ def _counted(manager: object, inputs_in_arena: bool) -> Counted:
 
 def measure(name: str) -> Row:
     """Run one model through the Cortex-M flow, plan it both ways and check it."""
-    build, size = MODELS[name]
+    build, shape = MODELS[name]
     torch.manual_seed(0)
-    image = _image(size)
+    image = _image(shape)
     flow = through_cortex_m(build().eval(), image)
     inside, outside = _counted(flow.manager, True), _counted(flow.manager, False)
     module = flow.manager.exported_program()  # type: ignore[attr-defined]
@@ -148,19 +171,28 @@ def _ratios(rows: Sequence[Row], way: str) -> list[float]:
 
 
 def summary(rows: Sequence[Row]) -> str:
-    """One line: the patched arenas against ExecuTorch's planning both ways, MCUNetV2's
-    figure, and equality."""
+    """One line: the patched arenas against ExecuTorch's planning both ways (the rows above
+    the target named), the unpatched ones above it (none expected), MCUNetV2's figure, and
+    equality."""
     inside, outside = _ratios(rows, "inside"), _ratios(rows, "outside")
-    above = [row.model for row, r in zip(rows, inside, strict=True) if r > TARGET_PATCHED]
+
+    def above(ratios: Sequence[float]) -> str:
+        return ", ".join(row.model for row, r in zip(rows, ratios, strict=True)
+                         if r > TARGET_PATCHED) or "none"
+
+    heavier = sorted({row.model for row in rows for counted in (row.inside, row.outside)
+                      if counted.off.plan.arena_bytes > counted.executorch})
     mcunet = next((f"; MobileNetV2 at 224 with the image outside: "
                    f"{row.outside.on.plan.arena_bytes:,} B (MCUNetV2: {MCUNETV2_224:,} B)"
                    for row in rows if row.model == "mobilenet_v2_224"), "")
-    return (f"**Summary**: `patches=\"auto\"` plans the Cortex-M int8 programs at a median "
-            f"{statistics.median(inside):.2f}x of ExecuTorch's own planning with the image in "
-            f"the arena ({min(inside):.2f}-{max(inside):.2f}x; target <= {TARGET_PATCHED}x, "
-            f"above it: {', '.join(above) or 'none'}), {statistics.median(outside):.2f}x with "
-            f"the image outside it ({min(outside):.2f}-{max(outside):.2f}x){mcunet}; every "
-            f"program bitwise equal to the edge program: "
+    return (f"**Summary** over {len(rows)} models: `patches=\"auto\"` plans the Cortex-M int8 "
+            f"programs at a median {statistics.median(inside):.2f}x of ExecuTorch's own "
+            f"planning with the image in the arena ({min(inside):.2f}-{max(inside):.2f}x; "
+            f"target <= {TARGET_PATCHED}x, above it: {above(inside)}), "
+            f"{statistics.median(outside):.2f}x with the image outside it "
+            f"({min(outside):.2f}-{max(outside):.2f}x; above the target: {above(outside)}); "
+            f"unpatched, above ExecuTorch's planning: {', '.join(heavier) or 'none'}{mcunet}; "
+            f"every program bitwise equal to the edge program: "
             f"{'yes' if all(row.equal for row in rows) else 'NO'}.\n")
 
 

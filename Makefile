@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick bench lint clean browser docs
+.PHONY: demo test test-quick bench bench-compare lint clean browser docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test-quick: $(STAMP) browser
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py --out benchmarks/RESULTS.md
+
+# Every figure of benchmarks/RESULTS.md worse than at commit OLD (default: the last commit).
+OLD ?= HEAD
+bench-compare:
+	$(PY) benchmarks/compare.py git:$(OLD) benchmarks/RESULTS.md
 
 # The API reference is read from the sources (griffe, no import), so the site needs only the
 # docs tools, not torch: a fresh clone builds it in seconds. Pinned as in pyproject's `dev` extra

@@ -4,11 +4,13 @@ configuration, for every zoo model.
 Usage: ``python benchmarks/bench_plan.py [--out FILE] [--models a,b] [--runs N]``
 
 For each model (default: every name in ``tensorplan.zoo.names()``, ``hf_*`` included when
-``transformers`` is installed) the script compiles with ``tp.compile`` (inputs and outputs in
-the arena, alignment 16) five times: with the defaults (in-place reuse, memory-aware order and
-folded constants all on), with all three off (one buffer per value in the exported order: the
-plan before the bound-lowering stage), and with each one alone. It times ``Program.run`` of the
-first two against eager on the example inputs (median of ``--runs`` calls, one thread).
+``transformers`` is installed, then the fresh configs of ``common.FRESH``: the zoo's families at
+other sizes and CNN families it lacks, seeded, each summarised apart) the script compiles with
+``tp.compile`` (inputs and outputs in the arena, alignment 16) five times: with the defaults
+(in-place reuse, memory-aware order and folded constants all on), with all three off (one buffer
+per value in the exported order: the plan before the bound-lowering stage), and with each one
+alone. It times ``Program.run`` of the first two against eager on the example inputs (median of
+``--runs`` calls, one thread).
 
 When ``executorch`` is installed it lowers the same model with each configuration of
 ``common.EXECUTORCH_CONFIGS`` (``to_edge(torch.export.export(...)).to_executorch(config)``,
@@ -39,7 +41,6 @@ import torch
 from common import EXECUTORCH_CONFIGS, ExecuTorchResult, one_line, quiet, same_outputs
 
 import tensorplan as tp
-from tensorplan import zoo
 from tensorplan.report.geometry import peak
 from tensorplan.zoo import Example
 
@@ -121,7 +122,7 @@ def _latency(example: Example, before: tp.Program, after: tp.Program, expected: 
 
 def measure(name: str, with_executorch: bool, runs: int) -> Row:
     """Compile zoo model ``name`` with each set of switches (and ExecuTorch when asked)."""
-    example = zoo.example(name)
+    example = common.example(name)
     start = time.perf_counter()
     program = _compile(example)
     seconds = time.perf_counter() - start
@@ -228,17 +229,26 @@ def executorch_table(rows: Sequence[Row]) -> str:
 
 
 def summary(rows: Sequence[Row]) -> str:
-    """Median and max of tensorplan / ExecuTorch best over the models (``_dynamic`` variants
-    left out: they plan at their static twin's upper bound), and the models above 1.00x."""
+    """``group_summary`` of the zoo's rows, then of the fresh configs' (when any ran)."""
+    fresh = [row for row in rows if row.model.startswith(common.FRESH_PREFIX)]
+    zoo_rows = [row for row in rows if not row.model.startswith(common.FRESH_PREFIX)]
+    return "\n".join(group_summary(group, label) for group, label in
+                     ((zoo_rows, "zoo"), (fresh, "fresh-config")) if group)
+
+
+def group_summary(rows: Sequence[Row], label: str) -> str:
+    """Median and max of tensorplan / ExecuTorch best over the ``label`` models
+    (``_dynamic`` variants left out: they plan at their static twin's upper bound), and the
+    models above 1.00x."""
     ratios = {row.model: row.plan.arena_bytes / chosen.arena for row in rows
               if not row.model.endswith("_dynamic") and (chosen := best(row)) and chosen.arena}
     if not ratios:
-        return "No model ran under ExecuTorch: no summary.\n"
+        return f"No {label} model ran under ExecuTorch: no summary.\n"
     worst = max(ratios, key=ratios.__getitem__)
     above = sorted(name for name, ratio in ratios.items() if ratio > 1.0)
     median = statistics.median(ratios.values())
-    return (f"**Summary** over {len(ratios)} models (the `_dynamic` variants left out): "
-            f"tensorplan / ExecuTorch best median **{median:.2f}x** (target <= "
+    return (f"**Summary** over {len(ratios)} {label} models (the `_dynamic` variants left "
+            f"out): tensorplan / ExecuTorch best median **{median:.2f}x** (target <= "
             f"{TARGET_MEDIAN:.2f}x: {'met' if median <= TARGET_MEDIAN else 'missed'}), max "
             f"{ratios[worst]:.2f}x ({worst}), {len(above)} above 1.00x"
             f"{': ' + ', '.join(above) if above else ''} (target: none).\n")
@@ -278,7 +288,8 @@ def report(rows: Sequence[Row], with_executorch: bool, runs: int) -> str:
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the markdown tables to this file")
-    parser.add_argument("--models", help="comma-separated zoo names (default: all)")
+    parser.add_argument("--models",
+                        help="comma-separated zoo or common.FRESH names (default: all)")
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS,
                         help=f"timed calls of eager and each program (default {DEFAULT_RUNS})")
     return parser.parse_args(argv)
@@ -290,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
-    names = options.models.split(",") if options.models else zoo.names()
+    names = options.models.split(",") if options.models else common.model_names()
     with_executorch = common.executorch_installed()
     warm_up()
     rows = [measure(name, with_executorch, options.runs) for name in names]

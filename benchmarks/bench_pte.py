@@ -3,19 +3,19 @@ every program run in ExecuTorch's runtime.
 
 Usage: ``python benchmarks/bench_pte.py [--out FILE] [--models a,b] [--runs N]``
 
-For each zoo model and each of ``FRESH``'s (default: all) the script exports the example once
-(``torch.export.export``, strict=False), lowers it with each ExecuTorch configuration of
+For each zoo model and each of ``common.FRESH``'s (default: all) the script exports the example
+once (``torch.export.export``, strict=False), lowers it with each ExecuTorch configuration of
 ``common.EXECUTORCH_CONFIGS`` and with ``to_executorch`` (defaults: reuse, reorder, fold,
 algorithm "auto"), loads every program in ExecuTorch's runtime, runs it on the example inputs
 and compares the outputs with eager PyTorch; it also compiles the example with ``tp.compile``
 (the Python plan) and, where the ``.pte``'s arena is above that plan's, names the ExecuTorch
 kernels that keep it there (``integrations.executorch.gap``). ExecuTorch's best configuration is
-``common.best_result``'s (smallest arena among those that load and, where they run, equal
-eager; the same rule as ``bench_plan.py``). Run time: median ms of ``method.execute`` of
-tensorplan's ``.pte`` and of the best configuration's, calls interleaved, in the same runtime.
+``common.best_result``'s (smallest arena among those that load and, where they run, equal eager;
+the same rule as ``bench_plan.py``). Run time: median ms of ``method.execute`` of tensorplan's
+``.pte`` and of the best configuration's, calls interleaved, in the same runtime.
 
-``FRESH`` holds configs the zoo does not (built here, seeded): transformers of the zoo's families
-at other widths, depths and lengths, and CNNs of families the zoo lacks (MobileNetV3,
+``common.FRESH`` holds configs the zoo does not (built there, seeded): transformers of the zoo's
+families at other widths, depths and lengths, and CNNs of families the zoo lacks (MobileNetV3,
 EfficientNet, MnasNet) at resolutions it does not use; the summary gives their figures beside
 the zoo's.
 
@@ -32,18 +32,15 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import bench_chunks
 import common
 import torch
 from common import EXECUTORCH_CONFIGS, ExecuTorchResult, one_line, quiet
 
 import tensorplan as tp
-from tensorplan import zoo
-from tensorplan.frontend.torchvision_import import import_torchvision
 from tensorplan.integrations.executorch import Shipped, lower
 from tensorplan.integrations.executorch.gap import describe, pte_gap
 from tensorplan.zoo import Example
@@ -51,28 +48,6 @@ from tensorplan.zoo import Example
 REASON_CHARS = 90   # longest failure reason printed in a table cell
 DEFAULT_RUNS = 10   # timed calls of each program
 TARGET_MEDIAN = 0.75  # the issue's target for the median .pte arena / ExecuTorch best
-FRESH_PREFIX = "fresh_"
-
-
-def _torchvision_cnn(name: str, side: int, **kwargs: Any) -> Example:
-    """torchvision's ``name`` (random weights, 10 classes) on a ``side`` x ``side`` image."""
-    model = getattr(import_torchvision().models, name)(weights=None, num_classes=10, **kwargs)
-    return Example(model.eval(), (torch.randn(1, 3, side, side),))
-
-
-FRESH: dict[str, Callable[[], Example]] = {
-    "fresh_bert_3x256_128": lambda: bench_chunks._bert(3, 256, 8, 128),
-    "fresh_gpt2_384_6h_192": lambda: bench_chunks._gpt2(384, 6, 192),
-    "fresh_mobilenet_v3_small_192": lambda: _torchvision_cnn("mobilenet_v3_small", 192),
-    "fresh_efficientnet_b0_160": lambda: _torchvision_cnn("efficientnet_b0", 160),
-    "fresh_mnasnet0_5_176": lambda: _torchvision_cnn("mnasnet0_5", 176),
-}
-
-
-def _example(name: str) -> Example:
-    """Zoo model ``name``, or ``FRESH``'s, built with seed 0."""
-    torch.manual_seed(0)
-    return FRESH[name]() if name in FRESH else zoo.example(name)
 
 
 @dataclass(frozen=True)
@@ -115,9 +90,9 @@ def _times(example: Example, ours: Any, theirs: Any | None, runs: int) -> dict[s
 
 
 def measure(name: str, runs: int) -> Row:
-    """Lower model ``name`` (the zoo's or ``FRESH``'s) with every ExecuTorch configuration and
-    with tensorplan."""
-    example = _example(name)
+    """Lower model ``name`` (the zoo's or ``common.FRESH``'s) with every ExecuTorch
+    configuration and with tensorplan."""
+    example = common.example(name)
     with torch.no_grad():
         expected = example.model(*example.args, **example.kwargs)
     lowered, results = {}, []
@@ -229,8 +204,8 @@ def table(rows: Sequence[Row]) -> str:
 
 def summary(rows: Sequence[Row]) -> str:
     """``group_summary`` of the zoo's rows, then of the fresh configs' (when any ran)."""
-    fresh = [row for row in rows if row.model.startswith(FRESH_PREFIX)]
-    zoo_rows = [row for row in rows if not row.model.startswith(FRESH_PREFIX)]
+    fresh = [row for row in rows if row.model.startswith(common.FRESH_PREFIX)]
+    zoo_rows = [row for row in rows if not row.model.startswith(common.FRESH_PREFIX)]
     return "".join(group_summary(group, label) for group, label in
                    ((zoo_rows, "zoo"), (fresh, "fresh-config")) if group)
 
@@ -296,7 +271,7 @@ def report(rows: Sequence[Row], runs: int) -> str:
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the markdown table to this file")
-    parser.add_argument("--models", help="comma-separated zoo or FRESH names (default: all)")
+    parser.add_argument("--models", help="comma-separated zoo or common.FRESH names (default: all)")
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS,
                         help=f"timed calls of each program (default {DEFAULT_RUNS})")
     return parser.parse_args(argv)
@@ -311,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
-    names = options.models.split(",") if options.models else [*zoo.names(), *FRESH]
+    names = options.models.split(",") if options.models else common.model_names()
     rows = []
     for name in names:
         rows.append(measure(name, options.runs))

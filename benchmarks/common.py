@@ -22,6 +22,52 @@ from torch.utils import _pytree as pytree
 from tensorplan.zoo import Example
 
 WARM_UP = 5  # untimed calls of each method before timing
+FRESH_PREFIX = "fresh_"  # the configs the zoo does not hold, built here
+
+
+def _torchvision_cnn(name: str, side: int) -> Example:
+    """torchvision's ``name`` (random weights, 10 classes) on a ``side`` x ``side`` image."""
+    from tensorplan.frontend.torchvision_import import import_torchvision
+
+    model = getattr(import_torchvision().models, name)(weights=None, num_classes=10)
+    return Example(model.eval(), (torch.randn(1, 3, side, side),))
+
+
+def _transformer(builder: str, *args: int) -> Callable[[], Example]:
+    """``bench_chunks``' builder ``builder`` with ``args`` (imported when built: it imports
+    this module)."""
+    def build() -> Example:
+        import bench_chunks
+
+        return getattr(bench_chunks, builder)(*args)
+    return build
+
+
+# Configs the zoo does not hold, seeded and built by the benches that plan whole models: the
+# zoo's transformer families at other widths, depths and lengths, and CNN families it lacks
+# (MobileNetV3, EfficientNet, MnasNet) at resolutions it does not use.
+FRESH: dict[str, Callable[[], Example]] = {
+    "fresh_bert_3x256_128": _transformer("_bert", 3, 256, 8, 128),
+    "fresh_gpt2_384_6h_192": _transformer("_gpt2", 384, 6, 192),
+    "fresh_mobilenet_v3_small_192": lambda: _torchvision_cnn("mobilenet_v3_small", 192),
+    "fresh_efficientnet_b0_160": lambda: _torchvision_cnn("efficientnet_b0", 160),
+    "fresh_mnasnet0_5_176": lambda: _torchvision_cnn("mnasnet0_5", 176),
+}
+
+
+def example(name: str) -> Example:
+    """Zoo model ``name``, or ``FRESH``'s, built with seed 0."""
+    from tensorplan import zoo
+
+    torch.manual_seed(0)
+    return FRESH[name]() if name in FRESH else zoo.example(name)
+
+
+def model_names() -> list[str]:
+    """Every zoo model, then every fresh config."""
+    from tensorplan import zoo
+
+    return [*zoo.names(), *FRESH]
 
 
 def executorch_installed() -> bool:

@@ -2,12 +2,12 @@
 
 Usage: ``python benchmarks/bench_banks.py [--out FILE] [--models a,b] [--no-moves]``
 
-Per zoo model, the program is exported once and lowered with one arena (``to_executorch``, no
-folding) to fix the *single arena*. Then, per fast-bank capacity (1/8, 1/4 and 1/2 of it), with
-``sram`` at cost 1 and an unbounded ``dram`` at cost 40, and once *tight* (``dram`` bounded too,
-the two together 1.25x the single arena), the same program is lowered twice:
-``to_executorch(..., banks=...)`` and ExecuTorch's ``banked_greedy``
-(``exir/banked_memory_planning.py``). Both are measured by one count
+Per model (zoo models and two fresh configs of ``common.FRESH``), the program is exported once
+and lowered with one arena (``to_executorch``, no folding) to fix the *single arena*. Then, per
+fast-bank capacity (1/8, 1/4 and 1/2 of it), with ``sram`` at cost 1 and an unbounded ``dram``
+at cost 40, and once *tight* (``dram`` bounded too, the two together 1.25x the single arena),
+the same program is lowered twice: ``to_executorch(..., banks=...)`` and ExecuTorch's
+``banked_greedy`` (``exir/banked_memory_planning.py``). Both are measured by one count
 (``integrations.executorch.banks.mem_id_traffic`` over the written plan: bytes each op writes
 and reads, per ``mem_id``): the share of the traffic served from ``sram`` and the total cost
 (traffic x cost). Bound: the proven bound of tensorplan's integer program (no assignment that
@@ -15,8 +15,8 @@ fits costs less). Fits: the lowering found a placement within the capacities. Ev
 ours is run in ExecuTorch's runtime and compared with eager. Our ``.pte`` moves fewer bytes in
 all: ``to_executorch`` drops copies that change nothing (``identities.py``) and makes products
 of transposed weights ``linear`` (``rewrite.py``), and a storage may be copied once between the
-banks (``moves.py``; ``--no-moves`` turns that off). The column *on our rewritten program*
-runs banked_greedy on the same rewritten program, so that only the bank choice differs.
+banks (``moves.py``; ``--no-moves`` turns that off). The column *on our rewritten program* runs
+banked_greedy on the same rewritten program, so that only the bank choice differs.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from common import BankedResult, one_line, quiet, same_outputs
 import tensorplan as tp
 from tensorplan import zoo
 
-MODELS = ("tiny_gpt", "hf_gpt2", "hf_bert", "hf_llama", "hf_mobilenet_v2", "hf_resnet")
+MODELS = ("tiny_gpt", "hf_gpt2", "hf_bert", "hf_llama", "hf_mobilenet_v2", "hf_resnet",
+          "fresh_gpt2_384_6h_192", "fresh_mnasnet0_5_176")  # fresh: common.FRESH
 FRACTIONS = (8, 4, 2)  # the fast bank holds 1/N of the single arena
 TIGHT = 1.25           # the tight case: both banks bounded, together this x the single arena
 SRAM_COST, DRAM_COST = 1.0, 40.0
@@ -85,7 +86,7 @@ def measure(name: str, moves: bool = True) -> list[Case]:
 
     from tensorplan.integrations.executorch import lower
 
-    example = zoo.example(name)
+    example = common.example(name)
     with quiet():
         exported = _export(example)
         single = lower(exported, fold=False).arena_bytes
@@ -161,6 +162,16 @@ def table(cases: Sequence[Case]) -> str:
 
 
 def summary(cases: Sequence[Case]) -> str:
+    """``group_summary`` of the zoo models' cases, then of the fresh configs' (when any)."""
+    fresh = [c for c in cases if c.model.startswith(common.FRESH_PREFIX)]
+    zoo_cases = [c for c in cases if not c.model.startswith(common.FRESH_PREFIX)]
+    return "\n".join(group_summary(group, label) for group, label in
+                     ((zoo_cases, "the zoo models"), (fresh, "the fresh configs")) if group)
+
+
+def group_summary(cases: Sequence[Case], label: str) -> str:
+    """Over ``cases`` (``label``'s): our traffic cost against banked_greedy's, the gap to
+    the proven bound, the fits, and equality with eager."""
     both = [c for c in cases if c.ours is not None and c.theirs is not None]
     ratios = [c.ours.cost / c.theirs.cost for c in both if c.theirs.cost]
     alone = [c.ours.cost / c.theirs_rewritten.cost for c in cases
@@ -169,9 +180,10 @@ def summary(cases: Sequence[Case]) -> str:
     fits_where_they_do = all(c.ours is not None for c in cases if c.theirs is not None)
     only_ours = sum(1 for c in cases if c.ours is not None and c.theirs is None)
     if not ratios:
-        return "No case where both planners fit: no summary.\n"
-    return (f"**Summary**: tensorplan's traffic cost is a median {statistics.median(ratios):.2f}x "
-            f"of banked_greedy's (target <= {TARGET_MEDIAN:.2f}x), at most {max(ratios):.2f}x "
+        return f"No case of {label} where both planners fit: no summary.\n"
+    return (f"**Summary** over {label}: tensorplan's traffic cost is a median "
+            f"{statistics.median(ratios):.2f}x of banked_greedy's (target <= "
+            f"{TARGET_MEDIAN:.2f}x), at most {max(ratios):.2f}x "
             f"(never above 1.00x: {'yes' if max(ratios) <= 1.0 else 'NO'}), over {len(ratios)} "
             f"cases; on the program our .pte starts from (identity copies dropped, linears "
             f"made), the bank choice alone is a median "
@@ -191,7 +203,8 @@ def report(cases: Sequence[Case]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the markdown table to this file")
-    parser.add_argument("--models", help="comma-separated zoo names (default: the bench's)")
+    parser.add_argument("--models",
+                        help="comma-separated zoo or common.FRESH names (default: the bench's)")
     parser.add_argument("--no-moves", dest="moves", action="store_false",
                         help="keep each of our storages in one bank (to_executorch(moves=False))")
     options = parser.parse_args(argv)

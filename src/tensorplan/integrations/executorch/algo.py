@@ -104,7 +104,7 @@ def tensorplan_algo(
         _bank_mem_ids(banks, own, graph_module, reserved, alignment, extra_padding, algorithm,
                       time_limit)
     slots, bufsizes, offsets = _plan_arenas(own, reserved, alignment, extra_padding, algorithm,
-                                            time_limit, [buffer for _, buffer in regions])
+                                            time_limit, [region.buffer for region in regions])
     place_bodies(regions, offsets)
     for spec in specs:
         if spec.storage_base is not None:

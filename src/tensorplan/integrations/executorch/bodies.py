@@ -17,7 +17,8 @@ earlier layer, say, at offset 3 MB); each spec of the body is then at 3 MB + its
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch.fx
 from torch.utils import _pytree as pytree
@@ -28,14 +29,31 @@ from tensorplan.plan.planners import Buffer
 OFFSET_KEY = "tensorplan_region_offset"  # a body module's meta: its arena's offset in its parent's
 
 
-def body_regions(graph_module: Any, mem_id: int
-                 ) -> list[tuple[tuple[torch.fx.GraphModule, ...], Buffer]]:
+@dataclass(frozen=True)
+class BodyRegion:
+    """The bodies of one control-flow node, to plan as one buffer of their parent's arena."""
+
+    bodies: tuple[torch.fx.GraphModule, ...]  # the node's bodies (a cond's two branches)
+    buffer: Buffer  # the largest body's bytes, live at the node's step only
+
+
+class PlacedRegion(NamedTuple):
+    """A region of a graph's arena its bodies were placed in, for the verifier (a tuple: it
+    unpacks as ``node, size, step, offset``)."""
+
+    node: str  # name of the control-flow node whose bodies the region holds
+    size: int  # bytes of its largest body's arena
+    step: int  # the node's step, the only one where the region is live
+    offset: int  # byte offset of the region in the parent's arena
+
+
+def body_regions(graph_module: Any, mem_id: int) -> list[BodyRegion]:
     """The control-flow bodies of the graph already planned in arena ``mem_id`` alone, per
     node (a ``cond``'s two branches never run together: they share one region), as a buffer
     of the largest one's size live at the node's step (ExecuTorch's lifetimes count nodes in
     graph order); [] when a body is planned in other arenas too (memory banks: kept as a
     prefix) or for a graph without nodes."""
-    found: list[tuple[tuple[torch.fx.GraphModule, ...], Buffer]] = []
+    found: list[BodyRegion] = []
     if not isinstance(graph_module, torch.fx.GraphModule):
         return found
     for step, node in enumerate(graph_module.graph.nodes):
@@ -47,25 +65,26 @@ def body_regions(graph_module: Any, mem_id: int
             return []
         largest = max((each[mem_id] for each in sizes if len(each) > mem_id), default=0)
         if largest:
-            found.append((bodies, Buffer(largest, step, step + 1)))
+            found.append(BodyRegion(bodies, Buffer(largest, step, step + 1)))
     return found
 
 
-def place_bodies(regions: Sequence[tuple[tuple[torch.fx.GraphModule, ...], Buffer]],
-                 offsets: Sequence[int]) -> None:
+def place_bodies(regions: Sequence[BodyRegion], offsets: Sequence[int]) -> None:
     """Move every planned spec of each region's bodies (and of the bodies inside them) by
     the region's offset, and record the offset on each body (``OFFSET_KEY``)."""
-    for (bodies, _), offset in zip(regions, offsets, strict=True):
-        for body in bodies:
+    for region, offset in zip(regions, offsets, strict=True):
+        for body in region.bodies:
             body.meta[OFFSET_KEY] = offset
-            for spec in _planned_specs(body):
+            for spec in _offset_specs(body):
                 spec.mem_offset += offset
 
 
-def _planned_specs(body: torch.fx.GraphModule) -> Iterator[Any]:
+def _offset_specs(body: torch.fx.GraphModule) -> Iterator[Any]:
     """Each spec with an offset in the body and the bodies inside it, once; not a view's
-    spec (ExecuTorch's ``_ViewSpec``, whose offset is its base's: moving it would move the
+    spec (ExecuTorch's ``ViewSpec``, whose offset is its base's: moving it would move the
     base twice)."""
+    from tensorplan.integrations.executorch.private import viewed_spec
+
     seen: set[int] = set()
     for module in body.modules():
         if not isinstance(module, torch.fx.GraphModule):
@@ -73,16 +92,15 @@ def _planned_specs(body: torch.fx.GraphModule) -> Iterator[Any]:
         for node in module.graph.nodes:
             for spec in pytree.tree_leaves(node.meta.get("spec")):
                 if getattr(spec, "mem_offset", None) is not None and id(spec) not in seen \
-                        and getattr(spec, "_base", None) is None:
+                        and viewed_spec(spec) is None:
                     seen.add(id(spec))
                     yield spec
 
 
-def placed_regions(graph_module: torch.fx.GraphModule, mem_id: int
-                   ) -> list[tuple[str, int, int, int]]:
-    """The regions of this graph's arena ``mem_id`` its bodies were placed in, one per node:
-    (node name, bytes of its largest body, step, offset), for the verifier."""
-    found = []
+def placed_regions(graph_module: torch.fx.GraphModule, mem_id: int) -> list[PlacedRegion]:
+    """The regions of this graph's arena ``mem_id`` its bodies were placed in, one per node,
+    for the verifier."""
+    found: list[PlacedRegion] = []
     for step, node in enumerate(graph_module.graph.nodes):
         described = control_flow_op(node)
         bodies = [getattr(graph_module, sub.target)
@@ -90,5 +108,5 @@ def placed_regions(graph_module: torch.fx.GraphModule, mem_id: int
         placed = [body.meta for body in bodies if OFFSET_KEY in body.meta]
         if placed:
             size = max(meta["non_const_buffer_sizes"][mem_id] for meta in placed)
-            found.append((node.name, size, step, placed[0][OFFSET_KEY]))
+            found.append(PlacedRegion(node.name, size, step, placed[0][OFFSET_KEY]))
     return found

@@ -46,10 +46,11 @@ import torch.fx
 from tensorplan.integrations.executorch import kernels
 from tensorplan.integrations.executorch.identities import buffer_values, same_size
 from tensorplan.integrations.executorch.links import op_key
+from tensorplan.integrations.executorch.vocabulary import traced_value
 
 
 def _shape(node: Any) -> tuple[Any, ...] | None:
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    value = traced_value(node)
     return tuple(value.shape) if isinstance(value, torch.Tensor) else None
 
 
@@ -137,7 +138,8 @@ def _contiguous(node: torch.fx.Node) -> bool:
         return False
 
 
-def _rank(node: torch.fx.Node) -> int:
+def _dims(node: torch.fx.Node) -> int:
+    """How many dims ``node``'s value has (0 for a value that is no tensor)."""
     value = node.meta.get("val")
     return value.dim() if isinstance(value, torch.Tensor) else 0
 
@@ -150,7 +152,7 @@ def _droppable(node: torch.fx.Node, written: set[str],
         return False
     if source.op not in ("call_function", "placeholder") or source.name in written:
         return False
-    if _rank(source) == 0 or not _contiguous(source) or not _contiguous(node) or not node.users:
+    if _dims(source) == 0 or not _contiguous(source) or not _contiguous(node) or not node.users:
         return False
     return all(user.op != "output" and _broadcasting_reader(user, node, table)
                for user in node.users)

@@ -124,15 +124,14 @@ def fold_table(exported_program: Any, table: Mapping[torch.fx.Node, torch.Tensor
     """Make each computed node of ``table`` (node -> its value, in graph order) a constant
     placeholder, in place, with ExecuTorch's own rewrite (its lifted constants and input
     specs); a constant placeholder of ``table`` whose every reader is in it is dropped."""
-    from executorch.exir.passes.constant_prop_pass import (
-        _update_output_node_and_specs,
-        create_constant_nodes_and_return_specs,
-    )
+    from executorch.exir.passes.constant_prop_pass import create_constant_nodes_and_return_specs
+
+    from tensorplan.integrations.executorch.private import update_output_node_and_specs
 
     specs = {s.arg.name: s for s in exported_program.graph_signature.input_specs}
     specs.update(create_constant_nodes_and_return_specs(table, exported_program))
     exported_program.graph_signature.input_specs = [
         specs[n.name] for n in exported_program.graph.find_nodes(op="placeholder")]
-    _update_output_node_and_specs(exported_program, _skip_dim_order=True)
+    update_output_node_and_specs(exported_program, _skip_dim_order=True)
     exported_program.graph.eliminate_dead_code()
     exported_program.graph_module.recompile()

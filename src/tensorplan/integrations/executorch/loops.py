@@ -24,12 +24,10 @@ def with_stacked_outputs_sized(manager: Any, config: Any) -> Any:
     """``manager`` (an ``ExecutorchProgramManager`` lowered with ``config``) with
     :func:`size_stacked_outputs` done to its program, serialized again where it changed
     (ExecuTorch serializes a program as the manager is made)."""
-    from executorch.exir._serialize._serialize import serialize_for_executorch
+    from tensorplan.integrations.executorch.private import serialize_again
 
     if size_stacked_outputs(manager.executorch_program):
-        manager._pte_data, manager._tensor_data = serialize_for_executorch(
-            manager._emitter_output, config, manager._data_serializer, manager._named_data)
-        manager._buffer = None
+        serialize_again(manager, config)
     return manager
 
 
@@ -69,17 +67,18 @@ def _sized_as(plan: Any, stacked: int, result: int, position: int) -> list[Any]:
 
     sizes, calls = [position], []
     for dim in range(len(plan.values[result].val.sizes)):
-        size = _value(plan, Int(0))
+        size = _new_value(plan, Int(0))
         calls.append(KernelCall(op_index=_operator(plan, _SYM_SIZE),
-                                args=[result, _value(plan, Int(dim)), size]))
+                                args=[result, _new_value(plan, Int(dim)), size]))
         sizes.append(size)
     calls.append(KernelCall(op_index=_operator(plan, _EMPTY),
-                            args=[_value(plan, IntList(sizes)), _value(plan, Null()),
+                            args=[_new_value(plan, IntList(sizes)), _new_value(plan, Null()),
                                   stacked, stacked]))
     return [Instruction(call) for call in calls]
 
 
-def _value(plan: Any, value: Any) -> int:
+def _new_value(plan: Any, value: Any) -> int:
+    """The index of a new value of ``plan`` holding ``value``."""
     from executorch.exir.schema import EValue
 
     plan.values.append(EValue(value))

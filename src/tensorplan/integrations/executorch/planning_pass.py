@@ -24,25 +24,18 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch.fx
 from executorch.exir import memory
 from executorch.exir.memory_planning import (
     Verifier,
-    _alias_inplace_result_specs,
-    _is_inplace_node,
     apply_algo,
     collect_specs_from_nodes,
     update_all_tensors_lifetime,
 )
 from executorch.exir.pass_base import PassResult
 from executorch.exir.passes import MemoryPlanningPass
-from executorch.exir.passes.memory_planning_pass import (
-    _check_default_mem_ids,
-    _insert_mutable_buffer_specs,
-)
-from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
 from executorch.exir.tensor import TensorSpec, contiguous_stride_from_shape
 from torch.export.graph_signature import ExportGraphSignature
 from torch.utils import _pytree as pytree
@@ -55,6 +48,14 @@ from tensorplan.integrations.executorch.bodies import placed_regions
 from tensorplan.integrations.executorch.links import Link, LinkRules, apply_links, find_links
 from tensorplan.integrations.executorch.moves import Copy, plan_copies, undo_copies
 from tensorplan.integrations.executorch.order import apply_order, candidate_orders
+from tensorplan.integrations.executorch.private import (
+    ViewSpec,
+    alias_inplace_result_specs,
+    check_default_mem_ids,
+    insert_mutable_buffer_specs,
+    is_inplace_node,
+    viewed_spec,
+)
 from tensorplan.integrations.executorch.reuse_check import verify_storage_reuse
 from tensorplan.integrations.executorch.vocabulary import (
     is_contiguous,
@@ -82,6 +83,36 @@ class PassOptions:
     executorch_verifier_now: bool = True
 
 
+class Step(NamedTuple):
+    """What one technique gave (a tuple: it unpacks as ``technique, arena_bytes``)."""
+
+    technique: str  # the technique added to the steps before it (or the first step)
+    arena_bytes: int  # the method's arena with tensorplan's greedy, with that technique
+
+
+class PeakValue(NamedTuple):
+    """A planned storage live at a method's busiest step (a tuple: ``dict`` of several maps
+    node -> bytes)."""
+
+    node: str  # name of the node whose output or placeholder the storage is
+    nbytes: int  # the storage's bytes
+
+
+class HeldValue(NamedTuple):
+    """A value a planned storage holds (a tuple: it unpacks as ``node, first, last``)."""
+
+    node: str  # name of the node that makes the value (its out-variant op, or a placeholder)
+    first: int  # first step the value is live
+    last: int  # last step the value is live (inclusive, as ExecuTorch's lifetimes)
+
+
+class PlannedStorage(NamedTuple):
+    """A planned storage of a method (a tuple: it unpacks as ``values, nbytes``)."""
+
+    values: tuple[HeldValue, ...]  # every value it holds, its own first
+    nbytes: int  # the storage's bytes
+
+
 @dataclass(frozen=True)
 class GraphPlan:
     """The plan of one method's graph, as written into the program."""
@@ -91,12 +122,10 @@ class GraphPlan:
     order: str  # the node order kept ("exported", "memory-greedy", "depth-first")
     in_place: int  # outputs written over a dying argument
     concat: int  # cat inputs made in their slices of the output, pad inputs in its tail
-    steps: tuple[tuple[str, int], ...]  # (technique added, arena with tensorplan's greedy)
-    peak_values: tuple[tuple[str, int], ...]  # (node, bytes) of the storages live at the
-    #                                           busiest step, largest first
+    steps: tuple[Step, ...]  # each technique added in turn, with what it gave
+    peak_values: tuple[PeakValue, ...]  # the storages live at the busiest step, largest first
     load: tuple[int, ...] = ()  # bytes of the planned storages live at each step
-    storages: tuple[tuple[tuple[tuple[str, int, int], ...], int], ...] = ()  # each planned
-    #    storage: ((node, first, last step) of every value it holds, its own first; bytes)
+    storages: tuple[PlannedStorage, ...] = ()  # every planned storage, with its values
     bank_arenas: tuple[int, ...] = ()  # with banks: each bank's arena (mem_id 1, 2, ...)
     traffic_cost: float = 0.0          # with banks: bytes moved x their bank's cost
     traffic_cost_bound: float = 0.0    # with banks: no assignment that fits costs less
@@ -105,11 +134,30 @@ class GraphPlan:
 
 @dataclass(frozen=True)
 class _Trial:
-    order: str
-    nodes: list[torch.fx.Node]
-    links: list[Link]
-    arena: int
-    bound: int
+    """One node order and kinds of link, planned with tensorplan's greedy."""
+
+    step: str  # what the trial adds, as ``GraphPlan.steps`` names it
+    order: str  # the node order ("exported" or a name of ``order.candidate_orders``)
+    kinds: tuple[str, ...]  # the kinds of link looked for (``_ALL_LINKS`` or fewer)
+    nodes: list[torch.fx.Node]  # the graph's nodes in that order
+    links: list[Link]  # the links found
+    arena: int  # the greedy's arena, in bytes
+    bound: int  # no plan of this order and these links needs fewer bytes
+
+
+_ALL_LINKS = ("in-place", "concat")  # every kind of link the options may allow
+_EXPORTED_STEPS = (  # the exported order, each technique added in turn (``GraphPlan.steps``)
+    ("tensorplan planner (exported order, no links)", ()),
+    ("+ in-place reuse", ("in-place",)),
+    ("+ concatenation in place", _ALL_LINKS))
+
+
+def _kept_first(trial: _Trial) -> tuple[int, bool]:
+    """The key of the trial kept, smallest first: its arena, then whether it looked for fewer
+    kinds of link than ``_ALL_LINKS``. A trial with fewer kinds measures what one technique
+    gives (``GraphPlan.steps``) and is kept only when strictly smaller; of equal keys ``min``
+    keeps the first trial (the exported order, then ``order.candidate_orders``' order)."""
+    return trial.arena, trial.kinds != _ALL_LINKS
 
 
 class TensorplanPlanningPass(MemoryPlanningPass):
@@ -136,7 +184,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         _output_specs_of_its_values(graph_module)
         original = _storage_bases(graph_module)
         trials = self._trials(graph_module, graph_signature, original)
-        best = min(trials[2:] + trials[:2], key=lambda trial: trial.arena)
+        best = min(trials, key=_kept_first)
         apply_order(graph_module, best.nodes)
         _restore(original)
         apply_links(best.links)
@@ -148,21 +196,19 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         copies, bufsizes = self._plan_banks(graph_module, graph_signature, copies, given)
         if self.share_mutable_buffers and graph_signature is not None:
             self.state.graph_modules.append(graph_module)
-            _check_default_mem_ids(graph_module)
-            _insert_mutable_buffer_specs(self.state, graph_module, graph_signature)
+            check_default_mem_ids(graph_module)
+            insert_mutable_buffer_specs(self.state, graph_module, graph_signature)
         self._verify(graph_module, graph_signature, bufsizes)
         _settle_loop_views(graph_module)
         prefix = sum(getattr(graph_module, "input_mem_buffer_sizes", None) or [])
-        names = list(_STEP_NAMES) + [f"+ order {t.order} (links found again)"
-                                     for t in trials[3:]]
-        steps = tuple((name, t.arena + prefix) for name, t in zip(names, trials, strict=True))
+        steps = tuple(Step(trial.step, trial.arena + prefix) for trial in trials)
+        live = _liveness(graph_module, graph_signature)
         self.plans.append(GraphPlan(
             arena_bytes=sum(bufsizes[1:]), lower_bound_bytes=prefix + best.bound,
             order=best.order, in_place=sum(link.kind == "in-place" for link in best.links)
             + sum(link.kind == "in-place" for link in sub_links),
             concat=sum(link.kind in ("concat", "pad") for link in best.links + sub_links),
-            steps=steps,
-            **_liveness(graph_module, graph_signature),
+            steps=steps, peak_values=live.peak_values, load=live.load, storages=live.storages,
             **self._bank_figures(bufsizes, len(copies))))
         return PassResult(graph_module, True)
 
@@ -278,19 +324,22 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             if self.options.reorder else {"exported": list(graph_module.graph.nodes)}
         trials = []
         exported = orders.pop("exported")
-        for kinds in ((), ("in-place",), ("in-place", "concat")):
-            trials.append(self._trial(graph_module, graph_signature, original,
+        for step, kinds in _EXPORTED_STEPS:
+            trials.append(self._trial(graph_module, graph_signature, original, step,
                                       "exported", exported, kinds))
         for name, nodes in orders.items():
-            trials.append(self._trial(graph_module, graph_signature, original, name, nodes,
-                                      ("in-place", "concat")))
+            trials.append(self._trial(graph_module, graph_signature, original,
+                                      f"+ order {name} (links found again)", name, nodes,
+                                      _ALL_LINKS))
         apply_order(graph_module, exported)
         _restore(original)
         return trials
 
     def _trial(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
-               original: dict[Any, tuple[Any, int]], name: str, nodes: list[torch.fx.Node],
-               kinds: tuple[str, ...]) -> _Trial:
+               original: dict[Any, tuple[Any, int]], step: str, order: str,
+               nodes: list[torch.fx.Node], kinds: tuple[str, ...]) -> _Trial:
+        """The graph in ``nodes``' order with the links of ``kinds``, planned with tensorplan's
+        greedy (the links and that order are left on the graph)."""
         apply_order(graph_module, nodes)
         _restore(original)
         rules = self._rules(graph_module, graph_signature, True, self.alloc_graph_input, kinds)
@@ -305,7 +354,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             spec.realign(self.alignment)
         buffers = [Buffer(s.allocated_memory, s.lifetime[0], s.lifetime[1] + 1) for s in specs]
         placement = plan_buffers(buffers, algorithm="greedy", alignment=self.alignment)
-        return _Trial(name, nodes, links, placement.peak,
+        return _Trial(step, order, kinds, nodes, links, placement.peak,
                       lower_bound(buffers, self.alignment))
 
     def _subgraph_links(self, graph_module: torch.fx.GraphModule,
@@ -315,7 +364,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         for module in graph_module.modules():
             if module is graph_module or not isinstance(module, torch.fx.GraphModule):
                 continue
-            rules = self._rules(module, graph_signature, False, True, ("in-place", "concat"))
+            rules = self._rules(module, graph_signature, False, True, _ALL_LINKS)
             links = find_links(module.graph, graph_signature, rules)
             apply_links(links)
             made += links
@@ -353,20 +402,26 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         verifier.verify_graph_input_output()
 
 
-_STEP_NAMES = ("tensorplan planner (exported order, no links)", "+ in-place reuse",
-               "+ concatenation in place")
+@dataclass(frozen=True)
+class _Liveness:
+    """What a method's written plan holds at each step (``GraphPlan``'s fields of the same
+    names)."""
+
+    peak_values: tuple[PeakValue, ...] = ()  # the storages live at the busiest step
+    load: tuple[int, ...] = ()  # bytes of the planned storages live at each step
+    storages: tuple[PlannedStorage, ...] = ()  # every planned storage, with its values
 
 
-def _liveness(graph_module: torch.fx.GraphModule, graph_signature: Any) -> dict[str, Any]:
-    """``GraphPlan``'s ``peak_values`` (the planned storages live at the step where the most
-    bytes are, named by the node whose output or placeholder the storage is, largest first),
-    ``load`` (bytes live at each step) and ``storages`` (each one's values by node with their
-    steps, and its bytes: folding some of them away shortens it to the others')."""
+def _liveness(graph_module: torch.fx.GraphModule, graph_signature: Any) -> _Liveness:
+    """The planned storages live at the step where the most bytes are (named by the node whose
+    output or placeholder the storage is, largest first), the bytes live at each step, and
+    each storage's values by node with their steps (folding some of them away shortens it to
+    the others')."""
     specs = [s for s in _planned_specs(graph_module, graph_signature, True, True, True)
              if s.mem_offset is not None]
     roots = [s for s in specs if s.storage_base is None]
     if not roots:
-        return {"peak_values": ()}
+        return _Liveness()
     steps = max(s.lifetime[1] for s in roots) + 1
     load = [0] * steps
     for spec in roots:
@@ -374,17 +429,17 @@ def _liveness(graph_module: torch.fx.GraphModule, graph_signature: Any) -> dict[
             load[step] += spec.allocated_memory
     busiest = max(range(steps), key=load.__getitem__)
     names = _producers(graph_module)
-    live = [(names.get(id(s), "?"), s.allocated_memory) for s in roots
+    live = [PeakValue(names.get(id(s), "?"), s.allocated_memory) for s in roots
             if s.lifetime[0] <= busiest <= s.lifetime[1]]
-    held: dict[int, list[tuple[str, int, int]]] = {
-        id(s): [(names.get(id(s), "?"), s.lifetime[0], s.lifetime[1])] for s in roots}
+    held: dict[int, list[HeldValue]] = {
+        id(s): [HeldValue(names.get(id(s), "?"), s.lifetime[0], s.lifetime[1])] for s in roots}
     for spec in specs:
         if spec.storage_base is not None and id(spec.storage_base) in held:
             held[id(spec.storage_base)].append(
-                (names.get(id(spec), "?"), spec.lifetime[0], spec.lifetime[1]))
-    storages = tuple((tuple(held[id(s)]), s.allocated_memory) for s in roots)
-    return {"peak_values": tuple(sorted(live, key=lambda item: -item[1])),
-            "load": tuple(load), "storages": storages}
+                HeldValue(names.get(id(spec), "?"), spec.lifetime[0], spec.lifetime[1]))
+    return _Liveness(
+        peak_values=tuple(sorted(live, key=lambda value: -value.nbytes)), load=tuple(load),
+        storages=tuple(PlannedStorage(tuple(held[id(s)]), s.allocated_memory) for s in roots))
 
 
 def _producers(graph_module: torch.fx.GraphModule) -> dict[int, str]:
@@ -447,7 +502,7 @@ def _settle_loop_views(graph_module: torch.fx.GraphModule) -> None:
     at the same bytes (the view's memory id and offset).
 
     ExecuTorch's emitter marks a loop's stacked outputs dynamic-bound when it emits the loop
-    (its ``et_copy_index`` grows them), after which a static ``_ViewSpec`` of one fails the
+    (its ``et_copy_index`` grows them), after which a static ``ViewSpec`` of one fails the
     guard that its dynamism equals its base's. The emitter elides a static, planned view: it
     is the same tensor as a spec of its own with the view's memory id and offset."""
     for module in graph_module.modules():
@@ -458,8 +513,8 @@ def _settle_loop_views(graph_module: torch.fx.GraphModule) -> None:
                    for spec in node.meta["spec"][len(operands[0]):]}
         for node in module.graph.nodes:
             spec = node.meta.get("spec")
-            if node.target is memory.view and isinstance(spec, _ViewSpec) and \
-                    id(spec._base) in stacked and spec.is_static_shape_tensor:
+            if node.target is memory.view and isinstance(spec, ViewSpec) and \
+                    id(viewed_spec(spec)) in stacked and spec.is_static_shape_tensor:
                 own = TensorSpec.from_tensor(node.meta["val"])
                 own.mem_id, own.mem_offset, own.lifetime = \
                     spec.mem_id, spec.mem_offset, list(spec.lifetime)
@@ -487,8 +542,8 @@ def _output_specs_of_its_values(graph_module: torch.fx.GraphModule) -> None:
     the output). The emitter reads the outputs from the node's arguments, not from this spec.
     """
     for node in graph_module.graph.nodes:
-        if _is_inplace_node(node):
-            _alias_inplace_result_specs(node)
+        if is_inplace_node(node):
+            alias_inplace_result_specs(node)
     output = graph_module.graph.output_node()
     output.meta["spec"] = pytree.tree_map_only(
         torch.fx.Node, lambda node: node.meta.get("spec"), output.args[0])
@@ -532,13 +587,13 @@ def _check_specs(specs: list[Any], alignment: int, bufsizes: list[int] | None,
         group = [s for s in roots if s.mem_id == mem_id]
         around = regions if mem_id == DEFAULT_MEM_ID else []
         violations = find_violations(
-            [s.allocated_memory for s in group] + [size for _, size, _, _ in around],
-            [s.lifetime[0] for s in group] + [step for _, _, step, _ in around],
-            [s.lifetime[1] + 1 for s in group] + [step + 1 for _, _, step, _ in around],
-            [s.mem_offset for s in group] + [offset for *_, offset in around], alignment,
+            [s.allocated_memory for s in group] + [region.size for region in around],
+            [s.lifetime[0] for s in group] + [region.step for region in around],
+            [s.lifetime[1] + 1 for s in group] + [region.step + 1 for region in around],
+            [s.mem_offset for s in group] + [region.offset for region in around], alignment,
             None if bufsizes is None else bufsizes[mem_id],
             names=[f"{s} (mem_id {mem_id})" for s in group] +
-                  [f"the body {name} (mem_id {mem_id})" for name, *_ in around])
+                  [f"the body {region.node} (mem_id {mem_id})" for region in around])
         if violations:
             raise plan_error(violations, f"integrations.executorch ({graph_module._get_name()})")
     for spec in specs:

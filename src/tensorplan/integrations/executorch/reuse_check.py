@@ -19,6 +19,8 @@ from typing import Any
 from executorch.exir.error import InternalError, internal_assert
 from executorch.exir.memory_planning import Verifier, collect_specs_from_nodes
 
+from tensorplan.integrations.executorch.private import debug_message_from_specs, storage_root_chain
+
 
 def verify_storage_reuse(verifier: Verifier) -> None:
     """Raise ExecuTorch's ``InternalError`` where ``verifier.verify_storage_reuse()`` would:
@@ -34,11 +36,11 @@ def verify_storage_reuse(verifier: Verifier) -> None:
         raise InternalError("Specs do not agree on whether mem_obj_id is defined.")
     for lhs, rhs in _overlapping_pairs(specs):
         if Verifier.lifetime_overlap(lhs, rhs):
-            lhs_chain = Verifier._storage_root_chain(lhs)
-            rhs_chain = Verifier._storage_root_chain(rhs)
+            lhs_chain = storage_root_chain(lhs)
+            rhs_chain = storage_root_chain(rhs)
             if lhs not in rhs_chain and rhs not in lhs_chain:
                 raise InternalError("Unexpected storage overlap: "
-                                    f"{Verifier._debug_message_from_specs(lhs, rhs)}")
+                                    f"{debug_message_from_specs(lhs, rhs)}")
         if not Verifier.mem_obj_id_match(lhs, rhs):
             raise InternalError(f"Unexpected mem_obj_id mismatch: lhs {lhs}, rhs {rhs}")
 

@@ -45,6 +45,7 @@ import torch.fx
 
 from tensorplan.integrations.executorch.fold import fold_table
 from tensorplan.integrations.executorch.kernels import slow_products
+from tensorplan.integrations.executorch.vocabulary import traced_value
 
 # an edge product op -> the out-variant kernel it runs on
 _KERNELS: Mapping[str, str] = {"aten.mm.default": "aten::mm.out",
@@ -87,13 +88,9 @@ def _name(node: Any) -> str:
     return getattr(node.target, "__name__", "")
 
 
-def _value(node: Any) -> Any:
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
-
 def _product(node: torch.fx.Node) -> _Product | None:
     """The product ``node`` is, when it is one of floating-point values with unit scales."""
-    name, value = _name(node), _value(node)
+    name, value = _name(node), traced_value(node)
     if name not in _KERNELS or not isinstance(value, torch.Tensor) \
             or not value.dtype.is_floating_point:
         return None
@@ -111,7 +108,7 @@ def _transpose_source(node: Any) -> torch.fx.Node | None:
     """``w`` when ``node`` is ``permute_copy(w, [1, 0])`` of a 2-D ``w``."""
     if _name(node) != "aten.permute_copy.default" or list(node.args[1]) != [1, 0]:
         return None
-    value = _value(node.args[0])
+    value = traced_value(node.args[0])
     return node.args[0] if isinstance(value, torch.Tensor) and value.dim() == 2 else None
 
 
@@ -121,8 +118,9 @@ def _stored_transposed(exported_program: Any, products: Iterable[_Product],
     """Rule 2: each constant to store transposed -> a ``permute_copy`` of it inserted before
     its first reader, folded into a new constant (``fold.fold_table``) once the products read
     it; the table's values are in ``folded`` (the constant's and its transpose's)."""
-    from executorch.exir.dialects._ops import ops as exir_ops
     from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
+
+    from tensorplan.integrations.executorch.private import exir_ops
 
     constants = get_constant_placeholder_dict(exported_program)
     readers: dict[torch.fx.Node, list[_Product]] = {}
@@ -139,7 +137,7 @@ def _stored_transposed(exported_program: Any, products: Iterable[_Product],
         with exported_program.graph.inserting_before(reading[0].node):
             transpose = _made(exported_program.graph, constant,
                               exir_ops.edge.aten.permute_copy.default, (constant, [1, 0]),
-                              _value(constant).t())
+                              traced_value(constant).t())
         inserted[constant] = transpose
         folded[constant] = value
         folded[transpose] = value.detach().t().contiguous()
@@ -148,7 +146,7 @@ def _stored_transposed(exported_program: Any, products: Iterable[_Product],
 
 def _replace(graph: torch.fx.Graph, product: _Product, core: Any, arguments: tuple) -> None:
     """``product`` replaced by ``core(*arguments)``, plus its bias when ``core`` took none."""
-    from executorch.exir.dialects._ops import ops as exir_ops
+    from tensorplan.integrations.executorch.private import exir_ops
 
     with graph.inserting_before(product.node):
         made = graph.call_function(core, arguments)
@@ -163,7 +161,7 @@ def _replace(graph: torch.fx.Graph, product: _Product, core: Any, arguments: tup
 
 def _linear_arguments(product: _Product, weight: torch.fx.Node) -> tuple:
     """``linear``'s arguments: the bias among them when it is 1-D (else added after)."""
-    bias = _value(product.bias)
+    bias = traced_value(product.bias)
     if isinstance(bias, torch.Tensor) and bias.dim() == 1:
         return product.x, weight, product.bias
     return product.x, weight
@@ -206,7 +204,7 @@ def _is_pointwise(node: torch.fx.Node, constants: Mapping[torch.fx.Node, torch.T
     if _name(node) != _CONVOLUTION or len(node.args) != 9:
         return False
     image, weight, bias, stride, padding, dilation, transposed, _, groups = node.args
-    value, kernel = _value(image), constants.get(weight)
+    value, kernel = traced_value(image), constants.get(weight)
     return (isinstance(value, torch.Tensor) and value.dtype.is_floating_point
             and value.dim() == 4 and all(isinstance(size, int) for size in value.shape)
             and value.shape[0] == 1  # (a symbolic size compared here would add a guard)
@@ -233,32 +231,33 @@ def _pointwise_convolutions(exported_program: Any, slow: frozenset[str],
     values in ``folded`` (for ``fold.fold_table``, as rule 2's). Returns how many."""
     if _CONVOLUTION_KERNEL not in slow:
         return 0
-    from executorch.exir.dialects._ops import ops as exir_ops
     from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
+
+    from tensorplan.integrations.executorch.private import exir_ops
 
     constants = get_constant_placeholder_dict(exported_program)
     graph, view = exported_program.graph, exir_ops.edge.aten.view_copy.default
     found = [n for n in graph.nodes if _is_pointwise(n, constants)]
     for node in found:
         image, weight, bias = node.args[:3]
-        _, channels, height, width = _value(image).shape
+        _, channels, height, width = traced_value(image).shape
         kernel = constants[weight]
         made = functools.partial(_made, graph, node)
         with graph.inserting_before(node):
             matrix = made(view, (weight, list(kernel.shape[:2])),
-                          _value(weight).view(kernel.shape[:2]))
+                          traced_value(weight).view(kernel.shape[:2]))
             folded[weight], folded[matrix] = kernel, kernel.detach().flatten(1).clone()
             rows = made(view, (image, [channels, height * width]),
-                        _value(image).view(channels, height * width))
+                        traced_value(image).view(channels, height * width))
             product = made(exir_ops.edge.aten.mm.default, (matrix, rows),
-                           torch.mm(_value(matrix), _value(rows)))
-            result = made(view, (product, list(_value(node).shape)), _value(node))
+                           torch.mm(traced_value(matrix), traced_value(rows)))
+            result = made(view, (product, list(traced_value(node).shape)), traced_value(node))
             if bias is not None:
                 column = made(view, (bias, [kernel.shape[0], 1, 1]),
-                              _value(bias).view(kernel.shape[0], 1, 1))
+                              traced_value(bias).view(kernel.shape[0], 1, 1))
                 folded[bias], folded[column] = constants[bias], \
                     constants[bias].detach().view(-1, 1, 1).clone()
-                result = made(exir_ops.edge.aten.add.Tensor, (result, column), _value(node))
+                result = made(exir_ops.edge.aten.add.Tensor, (result, column), traced_value(node))
         node.replace_all_uses_with(result)
         graph.erase_node(node)
     return len(found)
@@ -269,7 +268,7 @@ def _rewritten(graph: torch.fx.Graph, products: list[_Product],
                ) -> tuple[int, int]:
     """Rules 1 to 3 on one graph's ``products``: the products made ``linear`` of a transposed
     copy, and the ``addmm`` split into ``mm`` and ``add``."""
-    from executorch.exir.dialects._ops import ops as exir_ops
+    from tensorplan.integrations.executorch.private import exir_ops
 
     linears = split = 0
     for node in [p.node for p in products]:

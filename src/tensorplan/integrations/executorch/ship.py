@@ -21,7 +21,7 @@ import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -41,6 +41,11 @@ from tensorplan.integrations.executorch.fold import (
 from tensorplan.integrations.executorch.identities import identity_copies_removed
 from tensorplan.integrations.executorch.loops import with_stacked_outputs_sized
 from tensorplan.integrations.executorch.rewrite import NONE, ProductRewrites, fast_products
+
+if TYPE_CHECKING:
+    from executorch.exir import ExecutorchProgramManager
+
+    from tensorplan.integrations.executorch.planning_pass import GraphPlan
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,24 @@ class Shipped:
     identities: int  # copies that changed nothing, dropped (identities.py)
     broadcasts: int  # expands read only by broadcasting kernels, dropped (broadcasts.py)
     check: PteCheck | None = None  # the .pte run in ExecuTorch's runtime vs eager (check=True)
+
+
+@dataclass(frozen=True)
+class _Lowering:
+    """A copy of the program with one folding, lowered with tensorplan's pass (``_lowered``)."""
+
+    choice: FoldChoice  # the folding and the figures it gave
+    manager: ExecutorchProgramManager  # the program lowered
+    plans: dict[str, GraphPlan]  # method name -> the plan its pass recorded
+    passes: Any  # its TensorplanPlanningPass, or method name -> one (as the config names them)
+
+
+class _Counted(NamedTuple):
+    """A folding lowered so far, with its constants counted (a tuple: it unpacks as
+    ``choice, constants``)."""
+
+    choice: FoldChoice  # the folding and the figures its lowering gave
+    constants: int  # its constant bytes by ``fold.constant_bytes``' count (no padding)
 
 
 def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool = True,
@@ -153,12 +176,12 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     if not fold:
         best = _lowered("as configured", edge, base, options, {},
                         base.do_quant_fusion_and_const_prop)
-        tried = [best[0]]
+        tried = [best.choice]
     else:
         best, tried = _best_folding(edge, base, options, prefer)
-    choice, manager, plans, passes = best
+    passes = best.passes
     for method in edge.methods:  # ExecuTorch's verifier, on the program kept
-        kept = manager.exported_program(method)
+        kept = best.manager.exported_program(method)
         (passes[method] if isinstance(passes, dict) else passes).verify(
             kept.graph_module, kept.graph_signature)
     checked = None
@@ -169,22 +192,23 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
                              "EdgeProgramManager does not keep; call check_pte(pte, inputs, "
                              "expected) from tensorplan.integrations.executorch.check")
         try:
-            checked = check_exported(manager.buffer, exported, eager)
+            checked = check_exported(best.manager.buffer, exported, eager)
         except ShipError as refused:
             raise ShipError(f"{refused}; {whose_refusal(exported)}") from None
-    return Shipped(manager, choice.arena_bytes, choice.constant_bytes, choice.name,
-                   _why(choice, tried, prefer), tuple(tried), plans, products, identities,
+    choice = best.choice
+    return Shipped(best.manager, choice.arena_bytes, choice.constant_bytes, choice.name,
+                   _why(choice, tried, prefer), tuple(tried), best.plans, products, identities,
                    broadcasts, checked)
 
 
 def _best_folding(edge: Any, config: Any, options: Any,
-                  prefer: str) -> tuple[tuple[Any, ...], list[Any]]:
+                  prefer: str) -> tuple[_Lowering, list[FoldChoice]]:
     """The lowering of ``edge`` with the folding ``prefer`` ranks first (``_rank``): none,
     tensorplan's (``fold.choose_folds``, paid for by the unfolded plan's busiest step), and
     ExecuTorch's constant propagation; and every ``FoldChoice`` tried. A folding that cannot
     win (``_unpaid``) is not lowered."""
     best = _lowered("none", edge, config, options, {}, False)
-    plans = best[2]
+    plans = best.plans
     with torch.no_grad():
         known = {m: foldable_values(edge.exported_program(m)) for m in edge.methods}
     ours = {m: {n.name for n in choose_folds(known[m], dict(plans[m].peak_values))}
@@ -195,8 +219,8 @@ def _best_folding(edge: Any, config: Any, options: Any,
         candidates.append((OURS, ours, False))
     if any(everything.values()):
         candidates.append(("executorch const-prop", {}, True))
-    lowered = [(best[0], sum(constant_bytes(known[m], set()) for m in edge.methods))]
-    tried = [best[0]]
+    lowered = [_Counted(best.choice, sum(constant_bytes(known[m], set()) for m in edge.methods))]
+    tried = [best.choice]
     for name, folds, const_prop in candidates:
         folded = {m: {n for n in known[m] if n.op != "placeholder"
                       and (const_prop or n.name in folds.get(m, ()))} for m in edge.methods}
@@ -207,9 +231,9 @@ def _best_folding(edge: Any, config: Any, options: Any,
             continue
         # one candidate's program at a time beside the best so far (each holds the weights)
         result = _lowered(name, edge, config, options, folds, const_prop)
-        tried.append(result[0])
-        lowered.append((result[0], counted))
-        if _rank(result[0], prefer) < _rank(best[0], prefer):
+        tried.append(result.choice)
+        lowered.append(_Counted(result.choice, counted))
+        if _rank(result.choice, prefer) < _rank(best.choice, prefer):
             best = result
         del result
     return best, tried
@@ -220,7 +244,7 @@ PLANNER_ROUNDING = 64  # B: an unfolded plan this close to its bound (30 layers 
 #                       less to win than any tensor at that step; it is not lowered for it
 
 
-def _unpaid(plans: Mapping[str, Any], lowered: Sequence[tuple[FoldChoice, int]],
+def _unpaid(plans: Mapping[str, GraphPlan], lowered: Sequence[_Counted],
             folded: Mapping[str, set[torch.fx.Node]], counted: int,
             name: str) -> FoldChoice | None:
     """The estimated figures of a folding that cannot win, or None when it must be lowered.
@@ -236,7 +260,8 @@ def _unpaid(plans: Mapping[str, Any], lowered: Sequence[tuple[FoldChoice, int]],
             _peak_without(plans[m], {n.name for n in nodes}) < max(plans[m].load)
             for m, nodes in folded.items()):
         return None
-    arena = lowered[0][0].arena_bytes
+    unfolded, _ = lowered[0]
+    arena = unfolded.arena_bytes
     for choice, constants in lowered:
         if choice.arena_bytes <= arena and constants <= counted:
             return FoldChoice(name, arena, choice.constant_bytes + counted - constants,
@@ -244,7 +269,7 @@ def _unpaid(plans: Mapping[str, Any], lowered: Sequence[tuple[FoldChoice, int]],
     return None
 
 
-def _peak_without(plan: Any, names: set[str]) -> int:
+def _peak_without(plan: GraphPlan, names: set[str]) -> int:
     """The most bytes live at one step of ``plan`` once the values ``names`` are folded away:
     a storage that holds only such values is gone, one that holds others too lives from the
     first of the others to the last."""
@@ -310,9 +335,9 @@ OURS = "tensorplan"  # the FoldChoice name of fold.choose_folds' folding
 
 
 def _lowered(name: str, edge: Any, config: Any, options: Any, folds: Mapping[str, set[str]],
-             const_prop: bool) -> tuple[FoldChoice, Any, dict[str, Any], Any]:
+             const_prop: bool) -> _Lowering:
     """A copy of ``edge`` with ``folds`` (method -> value names) folded, lowered with
-    tensorplan's pass; its FoldChoice, manager, per-method plans and planning passes."""
+    tensorplan's pass."""
     passes = _planning_passes(config, edge, options)
     candidate = _sharing_constants(edge)
     with torch.no_grad():
@@ -323,7 +348,7 @@ def _lowered(name: str, edge: Any, config: Any, options: Any, folds: Mapping[str
             run_reinplace_pass=config.run_reinplace_pass or options.reuse)
         manager = with_stacked_outputs_sized(candidate.to_executorch(lowering), lowering)
     choice = FoldChoice(name, _arena_bytes(manager), _constant_bytes(manager))
-    return choice, manager, _method_plans(passes, edge), passes
+    return _Lowering(choice, manager, _method_plans(passes, edge), passes)
 
 
 def _edge_program(program: Any) -> Any:
@@ -374,7 +399,7 @@ def _planning_passes(config: Any, edge: Any, options: Any) -> Any:
     return replace(given)
 
 
-def _method_plans(passes: Any, edge: Any) -> dict[str, Any]:
+def _method_plans(passes: Any, edge: Any) -> dict[str, GraphPlan]:
     """Method name -> the GraphPlan its pass recorded (methods are planned in edge order)."""
     if isinstance(passes, dict):
         return {name: passes[name].plans[0] for name in edge.methods}

@@ -43,6 +43,12 @@ def specs_in(value: Any) -> list[Any]:
     return [s for s in items if hasattr(s, "allocated_memory")]
 
 
+def traced_value(node: Any) -> Any:
+    """The value export traced for ``node`` (``meta["val"]``: a fake tensor, a list of them, a
+    symbolic int), or None for an argument that is no node."""
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
 def tensor_spec(node: Any) -> Any:
     """The single spec of a node (a ``TensorSpec``, or the ``_ViewSpec`` of a view), or None."""
     if not isinstance(node, torch.fx.Node):

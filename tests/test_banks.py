@@ -322,18 +322,18 @@ def test_the_picture_labels_each_bank(tmp_path) -> None:
 
 
 def test_a_value_read_early_is_spilled_so_that_a_busier_one_gets_the_fast_bank() -> None:
-    from tensorplan.banks.choice import Item, Move
+    from tensorplan.banks.choice import BankProblem, Item, Move
     from tensorplan.banks.moves import plan_moves
 
     banks = (tp.Bank("sram", KIB, 1.0), tp.Bank("dram", None, 40.0))
     early = tuple([(0, KIB)] + [(1 + i % 3, KIB) for i in range(10)] + [(9, KIB)])
     a = Item("a", KIB, 0, 10, 12 * KIB, accesses=early)
     b = Item("b", KIB, 5, 9, 11 * KIB)
-    chosen = plan_moves([a, b], banks, 10, [f"s{i}" for i in range(10)], {}, (0, 0), 10.0)
+    problem = BankProblem(banks, 10, tuple(f"s{i}" for i in range(10)), {}, (0, 0), 10.0)
+    chosen = plan_moves([a, b], problem)
     assert chosen.moves == (Move("a", 4, 0, 1),)  # copied to dram right after its last early read
     assert chosen.bank_of == {"a": 0, "b": 0}
     # a: written and read ten times in sram, copied (read 1 + written 40), read once at 40
     assert chosen.cost == 11 * KIB + 41 * KIB + 40 * KIB + 11 * KIB == chosen.cost_bound
-    whole = plan_moves([dataclasses.replace(a, accesses=()), b], banks, 10,
-                       [f"s{i}" for i in range(10)], {}, (0, 0), 10.0)
+    whole = plan_moves([dataclasses.replace(a, accesses=()), b], problem)
     assert whole.moves == () and whole.cost == 12 * KIB + 11 * KIB * 40

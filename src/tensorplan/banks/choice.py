@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import operator
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -89,6 +89,19 @@ class BankOptions:
     banks: tuple[Bank, ...] | None = None  # memories fastest first; None: one arena
     pin: tuple[tuple[str, str], ...] = ()  # (value name, bank name): a value kept in a bank
     constants_bank: str | None = None      # the bank constants are read from (None: slowest)
+
+
+@dataclass(frozen=True)
+class BankProblem:
+    """What a bank choice is solved over besides its items: the banks, the schedule's steps,
+    the constants' bytes in each bank, and the solver's time."""
+
+    banks: tuple[Bank, ...]             # fastest first
+    steps: int                          # steps of the top-level schedule
+    step_names: tuple[str, ...]         # the node at each step (named in errors)
+    constant_reads: Mapping[int, int]   # bank index -> bytes of constants read from it per run
+    constants_in: tuple[int, ...]       # bank index -> bytes of constants it holds
+    time_limit: float = DEFAULT_TIME_LIMIT  # seconds each integer program may take
 
 
 @dataclass(frozen=True)
@@ -310,10 +323,17 @@ def _read_elsewhere(banks: Sequence[Bank], full: int, constant_bytes: int) -> st
             f"(--constants-bank {room[0]} on the command line)")
 
 
-def check_capacity(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
-                   step_names: Sequence[str], constants_in: Sequence[int]) -> None:
+def constant_cost(problem: BankProblem) -> float:
+    """The cost of reading the constants from the banks they are in, the same for every
+    assignment."""
+    return sum(problem.constant_reads.get(i, 0) * b.cost for i, b in enumerate(problem.banks))
+
+
+def check_capacity(all_items: Sequence[Item], problem: BankProblem) -> None:
     """Raise ``PlanError`` when no assignment can fit: all banks bounded and more bytes live
     at one step than they hold together, or a bank's pins alone above its capacity."""
+    banks, steps, step_names = problem.banks, problem.steps, problem.step_names
+    constants_in = problem.constants_in
     usable = [None if b.capacity is None else b.capacity - constants_in[i]
               for i, b in enumerate(banks)]
     for i, bank in enumerate(banks):
@@ -431,20 +451,19 @@ def solve_options(n: int, options: Sequence[Option], banks: Sequence[Bank],
     return Solved([best[i][1] for i in range(n)], bound)
 
 
-def assign(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
-           step_names: Sequence[str], constant_reads: Mapping[int, int],
-           constants_in: Sequence[int], arena_of: object,
-           time_limit: float = DEFAULT_TIME_LIMIT) -> Assignment:
+def assign(all_items: Sequence[Item], problem: BankProblem,
+           arena_of: Callable[[Sequence[Item]], int]) -> Assignment:
     """The bank of every item minimising the traffic cost with every bank's planned arena
     within its capacity (``arena_of(items) -> bytes`` plans one bank's items), and the bounds.
 
-    ``constant_reads``: bytes read from each bank's constants (their cost is added);
-    ``constants_in``: bytes of constants held in each bank (taken from its capacity).
+    ``problem.constant_reads``: bytes read from each bank's constants (their cost is added);
+    ``problem.constants_in``: bytes of constants held in each bank (taken from its capacity).
     Raises ``PlanError`` naming the step and the bytes when no assignment can fit.
     """
-    check_capacity(all_items, banks, steps, step_names, constants_in)
-    capacities = usable_capacities(banks, constants_in)
-    fixed = sum(constant_reads.get(i, 0) * b.cost for i, b in enumerate(banks))
+    banks, time_limit = problem.banks, problem.time_limit
+    check_capacity(all_items, problem)
+    capacities = usable_capacities(banks, problem.constants_in)
+    fixed = constant_cost(problem)
     options = [o for i, it in enumerate(all_items) for o in whole_options(i, it, banks)]
     first = solve_options(len(all_items), options, banks, capacities, "cost", time_limit)
     found_assignment(first, all_items, banks, time_limit)

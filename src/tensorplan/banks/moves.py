@@ -23,15 +23,17 @@ A's late read (40) cost 81 instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from tensorplan.banks.choice import (
     Assignment,
     Bank,
+    BankProblem,
     Item,
     Move,
     Option,
     check_capacity,
+    constant_cost,
     found_assignment,
     solve_options,
     usable_capacities,
@@ -69,18 +71,17 @@ def move_options(index: int, item: Item, banks: Sequence[Bank]) -> list[Option]:
     return found
 
 
-def plan_moves(all_items: Sequence[Item], banks: Sequence[Bank], steps: int,
-               step_names: Sequence[str], constant_reads: Mapping[int, int],
-               constants_in: Sequence[int], time_limit: float) -> Assignment:
+def plan_moves(all_items: Sequence[Item], problem: BankProblem) -> Assignment:
     """The bank of every item, and the items to copy once to another bank, minimising the
     traffic cost with every bounded bank's live bytes within its capacity (the arenas are not
     planned here: the caller inserts the copies, then plans with ``banks.assign`` and the
     banks chosen here as pins). ``bank_of`` gives a copied item's source bank. The cost bound
     holds for every assignment, with or without copies. Raises ``PlanError`` as
     ``banks.assign`` does."""
-    check_capacity(all_items, banks, steps, step_names, constants_in)
-    capacities = usable_capacities(banks, constants_in)
-    fixed = sum(constant_reads.get(i, 0) * b.cost for i, b in enumerate(banks))
+    check_capacity(all_items, problem)
+    banks, time_limit = problem.banks, problem.time_limit
+    capacities = usable_capacities(banks, problem.constants_in)
+    fixed = constant_cost(problem)
     options = [o for i, it in enumerate(all_items)
                for o in whole_options(i, it, banks) + move_options(i, it, banks)]
     solved = solve_options(len(all_items), options, banks, capacities, "cost", time_limit)

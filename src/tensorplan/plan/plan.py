@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from tensorplan.analysis.alias import AliasTable, StorageKind
 from tensorplan.analysis.liveness import GraphLifetimes
-from tensorplan.banks.choice import BankRequest, Item, assign, items
+from tensorplan.banks.choice import BankProblem, BankRequest, Item, assign, items
 from tensorplan.errors import InputError
 from tensorplan.plan.planners import Buffer, Placement, PlannerParams, Problem
 from tensorplan.plan.planners.dispatch import plan_unverified
@@ -437,9 +437,10 @@ def _banked_plan(lives: Mapping[str, GraphLifetimes], alias: AliasTable, options
                 options.algorithm, options.time_limit, options.params)
         return placements[key]
 
-    chosen = assign(found, request.banks, problem.own.steps, request.step_names,
-                    request.constant_reads, request.constants_in,
-                    lambda subset: placement_of(subset).peak, request.time_limit)
+    chosen = assign(found, BankProblem(request.banks, problem.own.steps, request.step_names,
+                                       request.constant_reads, request.constants_in,
+                                       request.time_limit),
+                    lambda subset: placement_of(subset).peak)
     offsets, names, planned = [0] * len(found), [""] * len(found), []
     for j, bank in enumerate(request.banks):
         members = [it for it in found if chosen.bank_of[it.key] == j]

@@ -23,7 +23,15 @@ from typing import Any
 
 import torch.fx
 
-from tensorplan.banks.choice import Assignment, Bank, Item, assign, bank_index, check_banks
+from tensorplan.banks.choice import (
+    Assignment,
+    Bank,
+    BankProblem,
+    Item,
+    assign,
+    bank_index,
+    check_banks,
+)
 from tensorplan.errors import InputError
 from tensorplan.integrations.executorch.vocabulary import (
     is_alloc,
@@ -187,9 +195,9 @@ def choose_banks(setup: BankSetup, specs: Sequence[Any], graph_module: torch.fx.
     free = [s for s in specs if s.mem_id is None]
     found = bank_items(setup, free, graph_module)
     steps = max((it.end for it in found), default=0)
-    chosen = assign(found, setup.banks, steps, step_names(graph_module, steps), {},
-                    held_bytes(setup, reserved),
-                    lambda items: arena_of([free[it.key] for it in items]), setup.time_limit)
+    problem = BankProblem(tuple(setup.banks), steps, tuple(step_names(graph_module, steps)),
+                          {}, tuple(held_bytes(setup, reserved)), setup.time_limit)
+    chosen = assign(found, problem, lambda items: arena_of([free[it.key] for it in items]))
     return {id(free[it.key]): chosen.bank_of[it.key] + 1 for it in found}, chosen
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from tensorplan.banks.choice import BankProblem
 from tensorplan.banks.moves import plan_moves
 from tensorplan.integrations.executorch.banks import (
     BankSetup,
@@ -129,8 +130,9 @@ def plan_copies(setup: BankSetup, graph_module: torch.fx.GraphModule,
                        {key: tuple((seg.after, seg.until) for seg in storage_segments)
                         for key, storage_segments in segments.items()})
     steps = max((it.end for it in found), default=0)
-    chosen = plan_moves(found, setup.banks, steps, step_names(graph_module, steps), {},
-                        held_bytes(setup, ()), setup.time_limit)
+    chosen = plan_moves(found, BankProblem(tuple(setup.banks), steps,
+                                           tuple(step_names(graph_module, steps)), {},
+                                           tuple(held_bytes(setup, ())), setup.time_limit))
     nodes = list(graph_module.graph.nodes)
     made = []
     for move in chosen.moves:

@@ -80,3 +80,19 @@ def test_the_command_line_builds_the_same_object(tmp_path, capsys):
     assert loaded.options == expected
     example = tp.zoo.example("mlp")
     assert tp.compile(example.model, example.args, options=expected).plan == loaded.plan
+
+
+def test_a_program_ships_with_the_options_it_was_compiled_with():
+    pytest.importorskip("executorch")
+    from tensorplan.integrations.executorch import lower
+
+    program = tp.compile(Chain(), ARGS, reuse=False)
+    ships = lower(program)  # no keyword, no options=: the program's own (no reuse)
+    off = lower(program.exported_program, options=tp.CompileOptions.of(reuse=False))
+    plain = lower(program.exported_program)  # the defaults: outputs over dying inputs
+    links = {name: sum(p.in_place for p in shipped.methods.values())
+             for name, shipped in (("ships", ships), ("off", off), ("plain", plain))}
+    assert links == {"ships": 0, "off": 0, "plain": 3}  # relu over the input, neg, exp
+    assert ships.arena_bytes == off.arena_bytes == 2 * 256 > plain.arena_bytes == 256
+    with pytest.raises(tp.InputError, match="either as keywords or as options="):
+        lower(program, reuse=False, options=tp.CompileOptions())

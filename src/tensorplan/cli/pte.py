@@ -37,15 +37,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Lower the target with ``to_executorch``, write the ``.pte``, print what it holds."""
-    from tensorplan.cli.targets import target_name
+    from tensorplan.cli.targets import compile_options, target_name
     from tensorplan.integrations.executorch import executorch_arena_bytes, lower
     from tensorplan.report.pte import pte_tables
 
     exported, eager = _exported(args.target)
-    banks = options.banks(args.bank)
-    shipped = lower(exported, reuse=args.reuse, reorder=args.reorder, fold=args.fold,
-                    algorithm=args.algorithm, banks=banks, pin=dict(args.pin) or None,
-                    moves=args.moves, check=args.check, eager=eager, prefer=args.prefer)
+    asked = compile_options(args)
+    banks = asked.banks.banks if asked is not None else None
+    shipped = lower(exported, options=asked, moves=args.moves, check=args.check, eager=eager,
+                    prefer=args.prefer)
     greedy = executorch_arena_bytes(exported)
     options.write(args.output, "program",
                   lambda path: options.write_bytes(path, shipped.manager.buffer))

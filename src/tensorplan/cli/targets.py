@@ -40,11 +40,12 @@ from tensorplan.schedule.schedule import ScheduleOptions
 
 
 def compile_options(args: argparse.Namespace) -> CompileOptions | None:
-    """Compile options given on the command line, or None when none was given."""
+    """Compile options given on the command line (``plan``'s, or the groups ``pte`` shares:
+    switches, algorithm, banks), or None when none was given."""
     given = {
         key: value
         for key in ("algorithm", "alignment")
-        if (value := getattr(args, key)) is not None
+        if (value := getattr(args, key, None)) is not None
     }
     if getattr(args, "inputs_outside", False):
         given["inputs_in_arena"] = False
@@ -53,7 +54,8 @@ def compile_options(args: argparse.Namespace) -> CompileOptions | None:
     pins = tuple(getattr(args, "pin", ()))
     chunked = getattr(args, "chunks", None)
     constants_bank = getattr(args, "constants_bank", None)
-    asked = CompileOptions(RewriteOptions(args.patches, chunks=chunked), switches,
+    asked = CompileOptions(RewriteOptions(getattr(args, "patches", None), chunks=chunked),
+                           switches,
                            BankOptions(chosen, pins, constants_bank),
                            dataclasses.replace(PlanOptions(), **given))
     return None if asked == CompileOptions() else asked

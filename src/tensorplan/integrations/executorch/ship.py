@@ -41,6 +41,7 @@ from tensorplan.integrations.executorch.fold import (
 from tensorplan.integrations.executorch.identities import identity_copies_removed
 from tensorplan.integrations.executorch.loops import with_stacked_outputs_sized
 from tensorplan.integrations.executorch.rewrite import NONE, ProductRewrites, fast_products
+from tensorplan.options import CompileOptions
 
 if TYPE_CHECKING:
     from executorch.exir import ExecutorchProgramManager
@@ -98,7 +99,7 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
                   fold: bool = True, algorithm: str = "auto", banks: Sequence[Bank] | None = None,
                   moves: bool = True,
                   pin: Mapping[str, str] | None = None, check: bool = False,
-                  prefer: str = "arena") -> Any:
+                  prefer: str = "arena", options: CompileOptions | None = None) -> Any:
     """An ``ExecutorchProgramManager`` whose memory plan is tensorplan's.
 
     ``program`` is a ``torch.export.ExportedProgram``, a ``tensorplan.Program`` (its exported
@@ -122,12 +123,16 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     ``check``: load the ``.pte`` in ExecuTorch's runtime, run it on the program's example inputs
     and compare with eager (``check.check_exported``); raises ``ShipError`` when the runtime
     refuses it or its outputs differ.
+    ``options`` (``tp.CompileOptions``): ``reuse``, ``reorder``, ``fold``, ``algorithm``,
+    ``banks`` and ``pin`` as one object (its ``schedule``, ``plan.algorithm`` and ``banks``
+    groups), the keywords then left at their defaults; a ``tensorplan.Program`` given with
+    neither ships with the options it was compiled with (``Program.options``).
     ``.buffer`` of the result is the ``.pte``. Raises ``TensorPlanError`` when executorch is
     not installed.
     """
     shipped = lower(program, config, reuse=reuse, reorder=reorder, fold=fold,
                     algorithm=algorithm, banks=banks, pin=pin, moves=moves, check=check,
-                    prefer=prefer)
+                    prefer=prefer, options=options)
     if shipped.check is not None and not shipped.check.matches:
         raise ShipError(f"the .pte runs in ExecuTorch's runtime but differs from eager by "
                         f"{shipped.check.max_abs_error:.3g} (outputs "
@@ -143,7 +148,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
           broadcasting: Mapping[str, frozenset[str]] | None = None,
           banks: Sequence[Bank] | None = None, pin: Mapping[str, str] | None = None,
           moves: bool = True, check: bool = False, eager: Any = None,
-          prefer: str = "arena") -> Shipped:
+          prefer: str = "arena", options: CompileOptions | None = None) -> Shipped:
     """:func:`to_executorch`, returning the manager with its figures (see :class:`Shipped`).
     With ``check``, ``Shipped.check`` holds the run in ExecuTorch's runtime against ``eager``
     (default: the exported program's module) on the program's example inputs; a runtime that
@@ -154,6 +159,9 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     broadcast which arguments (``kernels.broadcasting``; ``{}`` drops no expand): for
     measuring another runtime's kernels, not for shipping.
     """
+    asked = _asked(program, options, CompileOptions.of(
+        reuse=reuse, reorder=reorder, fold=fold, algorithm=algorithm, banks=banks, pin=pin))
+    schedule, chosen_banks = asked.schedule, asked.banks
     if prefer not in PREFERENCES:
         raise InputError(f"integrations.executorch: prefer must be one of "
                          f"{', '.join(map(repr, PREFERENCES))}, got {prefer!r}")
@@ -169,16 +177,18 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
                          for m in edge.methods)
         broadcasts = sum(broadcast_copies_removed(edge.exported_program(m), broadcasting)
                          for m in edge.methods)
-    setup = None if banks is None else BankSetup.of(banks, pin, moves=moves)
-    options = PassOptions(reuse=reuse, reorder=reorder, algorithm=algorithm,
-                          overlap_safe=kernels, banks=setup, executorch_verifier_now=False)
+    setup = None if chosen_banks.banks is None else \
+        BankSetup.of(chosen_banks.banks, dict(chosen_banks.pin) or None, moves=moves)
+    passes_may = PassOptions(reuse=schedule.reuse, reorder=schedule.reorder,
+                             algorithm=asked.plan.algorithm, overlap_safe=kernels, banks=setup,
+                             executorch_verifier_now=False)
     base = _base_config(config)
-    if not fold:
-        best = _lowered("as configured", edge, base, options, {},
+    if not schedule.fold:
+        best = _lowered("as configured", edge, base, passes_may, {},
                         base.do_quant_fusion_and_const_prop)
         tried = [best.choice]
     else:
-        best, tried = _best_folding(edge, base, options, prefer)
+        best, tried = _best_folding(edge, base, passes_may, prefer)
     passes = best.passes
     for method in edge.methods:  # ExecuTorch's verifier, on the program kept
         kept = best.manager.exported_program(method)
@@ -199,6 +209,22 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     return Shipped(best.manager, choice.arena_bytes, choice.constant_bytes, choice.name,
                    _why(choice, tried, prefer), tuple(tried), best.plans, products, identities,
                    broadcasts, checked)
+
+
+def _asked(program: Any, options: CompileOptions | None,
+           keywords: CompileOptions) -> CompileOptions:
+    """The options a lowering runs with: ``options`` when given (the keywords then at their
+    defaults), else the keywords; keywords all at their defaults and a ``tensorplan.Program``
+    ship with the options it was compiled with."""
+    if options is not None:
+        if keywords != CompileOptions():
+            raise InputError("integrations.executorch: give the options either as keywords or "
+                             "as options=, not both")
+        return options
+    compiled = getattr(program, "options", None)
+    if keywords == CompileOptions() and isinstance(compiled, CompileOptions):
+        return compiled
+    return keywords
 
 
 def _best_folding(edge: Any, config: Any, options: Any,

@@ -10,6 +10,9 @@ import tensorplan as tp
 from tensorplan.errors import InputError
 from tensorplan.report.rewrites import rewrite_notes
 from tensorplan.rewrite import patches
+from tensorplan.rewrite.patch_emit import patch_program
+from tensorplan.rewrite.splits import regions, splits
+from tensorplan.rewrite.windows import reduces_space, window
 
 
 class Stack(torch.nn.Module):
@@ -51,13 +54,13 @@ def _stack(channels_last: bool, size: tuple[int, int] = (37, 45)):
 def _patched(model: torch.nn.Module, x: torch.Tensor, split: str, patch_grid: tuple[int, int]):
     """The captured program, its split named ``split``, and the program patched on the grid."""
     program = tp.capture(model, (x,))
-    chosen = next(s for s in patches.splits(program) if s.node == split)
-    return program, chosen, patches.patch_program(program, chosen, patch_grid)
+    chosen = next(s for s in splits(program) if s.node == split)
+    return program, chosen, patch_program(program, chosen, patch_grid)
 
 
 def test_the_splits_are_the_values_the_prefix_ends_at() -> None:
     model, x = _stack(False)
-    found = patches.splits(tp.capture(model, (x,)))
+    found = splits(tp.capture(model, (x,)))
     assert [s.node for s in found] == ["convolution", "getitem", "hardtanh", "add",
                                        "constant_pad_nd", "convolution_2", "getitem_3"]
     assert found[-1].region[0] == "convolution" and found[-1].source == "x"
@@ -77,12 +80,12 @@ def test_patched_program_equals_eager(split, grid, channels_last) -> None:
 def test_border_patches_are_padded_like_the_original_and_inner_ones_not() -> None:
     model, x = _stack(False, (48, 48))  # c1 output 24x24, c2 keeps it, c3 12x12
     program = tp.capture(model, (x,))
-    split = next(s for s in patches.splits(program) if s.node == "convolution_2")
+    split = next(s for s in splits(program) if s.node == "convolution_2")
     nodes = {n.name: n for n in program.graph.nodes}
-    corner = patches.regions(split, nodes, ((0, 4), (0, 4)))
-    centre = patches.regions(split, nodes, ((4, 8), (4, 8)))
-    c3 = patches.window(nodes["convolution_2"])
-    c1 = patches.window(nodes["convolution"])
+    corner = regions(split, nodes, ((0, 4), (0, 4)))
+    centre = regions(split, nodes, ((4, 8), (4, 8)))
+    c3 = window(nodes["convolution_2"])
+    c1 = window(nodes["convolution"])
     # the corner's c3 reads rows from -2 (its zero padding); the pad adds row 24 at the bottom
     assert c3.needs(corner["convolution_2"]) == ((-2, 9), (-2, 9))
     assert c1.needs(corner["convolution"]) == ((-1, 2 * corner["convolution"][0][1]),
@@ -171,7 +174,7 @@ def _excite(channels_last: bool):
 
 def test_a_split_past_a_spatial_mean_runs_the_mean_and_its_gate_once() -> None:
     model, x = _excite(False)
-    found = {s.node: s for s in patches.splits(tp.capture(model, (x,)))}
+    found = {s.node: s for s in splits(tp.capture(model, (x,)))}
     after = found["mul_3"]  # the gated map, past the first mean
     assert after.once == ("mean", "convolution_2", "sigmoid_2", "mul_2", "convolution_3",
                           "sigmoid_3")
@@ -187,7 +190,7 @@ def test_a_patched_program_with_gates_equals_eager(split, grid, channels_last) -
     program, chosen, patched = _patched(model, x, split, grid)
     # each mean over the image is the sum of its tiles: one sum per tile, per reduction
     sums = [n for n in patched.graph.nodes if n.target is torch.ops.aten.sum.dim_IntList]
-    reductions = sum(patches._reduces_space(n) for n in program.graph.nodes
+    reductions = sum(reduces_space(n) for n in program.graph.nodes
                      if n.name in chosen.once)
     assert len(sums) == reductions * grid[0] * grid[1] + (split != "relu")
     torch.testing.assert_close(patched.module()(x), model(x))
@@ -199,7 +202,7 @@ def test_a_patched_program_with_gates_equals_eager(split, grid, channels_last) -
 def test_each_spatial_reduction_costs_one_more_pass_over_its_prefix() -> None:
     model, x = _excite(False)
     program = tp.capture(model, (x,))
-    found = {s.node: s for s in patches.splits(program)}
+    found = {s.node: s for s in splits(program)}
     before, after = patches.overhead(program, found["mul_1"], (1, 1)), \
         patches.overhead(program, found["mul_3"], (1, 1))
     assert before == 1.0  # one tile, no reduction: the program as it was

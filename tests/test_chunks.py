@@ -21,6 +21,8 @@ from tensorplan.analysis.liveness import scheduled_nodes
 from tensorplan.errors import InputError
 from tensorplan.report.rewrites import rewrite_notes
 from tensorplan.rewrite import chunks
+from tensorplan.rewrite.chunk_emit import chunk_program, loop_of
+from tensorplan.rewrite.chunk_regions import regions
 from tensorplan.rewrite.rows import WHOLE, Rows, input_rows, reshaped_rows
 
 S, D, H = 64, 32, 4  # tokens, width, heads
@@ -207,8 +209,8 @@ def test_a_loaded_chunked_pt2_plans_right(tmp_path) -> None:
     torch.manual_seed(0)
     model, tokens = Stack().eval(), _tokens()
     program = tp.capture(model, (tokens,))
-    found, _ = chunks.regions(program)
-    torch.export.save(chunks.chunk_program(program, found, [4] * len(found)),
+    found, _ = regions(program)
+    torch.export.save(chunk_program(program, found, [4] * len(found)),
                       tmp_path / "chunked.pt2")
     prog = tp.compile(str(tmp_path / "chunked.pt2"))
     with torch.no_grad():
@@ -276,8 +278,8 @@ def test_the_page_and_the_picture_say_the_program_is_chunked_and_where(tmp_path)
     runs = [name not in chunked.schedule.folded.computed for name in steps]
     for region in chunked.chunking.regions:  # from the first node of its loop to the split
         start, end = spans[region.split]
-        assert steps[end - 1] == region.split and chunks.loop_of(steps[start]) == region.split
-        assert not any(chunks.loop_of(name) == region.split and run
+        assert steps[end - 1] == region.split and loop_of(steps[start]) == region.split
+        assert not any(loop_of(name) == region.split and run
                        for name, run in zip(steps[:start], runs, strict=False))
     assert page_data(chunked.plan, subject)["marks"][0]["spans"] == \
         [list(span) for span in notes[0].spans]
@@ -435,8 +437,8 @@ def test_a_count_that_does_not_divide_a_multiple_pads_its_rows() -> None:
         tokens = torch.randint(0, 50, (1, 8 * blocks))
         with torch.no_grad():
             torch.testing.assert_close(prog.run(tokens), model(tokens), rtol=1e-5, atol=1e-5)
-    found, _ = chunks.regions(program)
-    three = chunks.chunk_program(program, found, [3] * len(found))  # 43 rows a chunk
+    found, _ = regions(program)
+    three = chunk_program(program, found, [3] * len(found))  # 43 rows a chunk
     assert _loop_nodes(three)[0] == len(found)
 
 
@@ -455,14 +457,14 @@ def test_chunks_that_are_not_auto_or_a_positive_int_are_an_input_error(bad) -> N
 
 def test_more_chunks_than_rows_is_an_input_error() -> None:
     program = tp.capture(Stack().eval(), (_tokens(),))
-    found, _ = chunks.regions(program)
+    found, _ = regions(program)
     with pytest.raises(InputError, match=f"do not fit the {S} rows"):
-        chunks.chunk_program(program, found, [S + 1] * len(found))
+        chunk_program(program, found, [S + 1] * len(found))
 
 
 def test_the_keys_are_left_whole_with_the_reader_that_needs_them_whole() -> None:
     program = tp.capture(Stack(causal=False).eval(), (_tokens(),))
-    _, whole = chunks.regions(program)
+    _, whole = regions(program)
     assert any("read whole by" in w.reason for w in whole)
 
 
@@ -543,11 +545,11 @@ def test_an_embedding_takes_the_rows_of_its_indices() -> None:
 
 def test_the_estimate_falls_with_the_chunk_count() -> None:
     program = tp.capture(Stack().eval(), (_tokens(),))
-    found, _ = chunks.regions(program)
+    found, _ = regions(program)
     estimates = [chunks.estimate(program, found, [n] * len(found)) for n in (1, 2, 4, 8)]
     assert estimates == sorted(estimates, reverse=True) and estimates[0] > estimates[-1]
     assert chunks.multiply_adds(program) == chunks.multiply_adds(
-        chunks.chunk_program(program, found, [4] * len(found)))
+        chunk_program(program, found, [4] * len(found)))
 
 
 def test_a_chunked_pte_equals_eager_in_executorchs_runtime() -> None:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from tensorplan.analysis.liveness import scheduled_nodes
 from tensorplan.program import Program
 from tensorplan.report.text import bytes_text
-from tensorplan.rewrite.chunks import Region, loop_of
+from tensorplan.rewrite.chunk_emit import loop_of
+from tensorplan.rewrite.region import Region
 
 LISTED_REGIONS = 4  # regions named in a chunking's note; the rest counted
 

@@ -1,18 +1,24 @@
-"""Run every benchmark script and collect their tables in one markdown file.
+"""Run the benchmark scripts and collect their tables in one markdown file.
 
-Usage: ``python benchmarks/run_all.py [--out FILE] [--timeout SECONDS] [--keep SCRIPT ...]``
+Usage: ``python benchmarks/run_all.py [--out FILE] [--timeout SECONDS] [--only SCRIPT ...]
+[--keep SCRIPT ...] [--jobs N]`` (``make bench``, ``make bench ONLY=pte``)
 
 Each script in ``SECTIONS`` runs as its own subprocess (``sys.executable SCRIPT --out TMP``, from
-the repository root), so a crash or a hang in one cannot take the others down. The report has
-the machine (CPUs, torch and ExecuTorch versions, commit, date) and one section per script: its
-markdown tables, or, when it failed, the exit status and the last lines of its stderr.
-``--keep bench_dsa.py`` does not run that script: its section is copied from the report already
-at ``--out``, marked with that report's date and commit.
+the repository root), so a crash or a hang in one cannot take the others down; ``--jobs 2``
+runs two at a time. The report has the machine (CPUs, torch and ExecuTorch versions, commit,
+date) and one section per script: a line saying the command, the commit and the date it ran
+at and its wall time, then its markdown tables, or, when it failed, the exit status and the
+last lines of its stderr. ``--only bench_pte.py`` (or ``pte``) runs that script alone and
+``--keep bench_dsa.py`` every script but that one; a section not run is copied whole from the
+report already at ``--out``, its own line still naming the commit and date it was measured
+at (no section says more than when it ran).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import dataclasses
 import datetime
 import importlib.metadata
 import os
@@ -55,7 +61,8 @@ class Outcome:
     ok: bool             # exited 0 (and did not time out)
     text: str            # its tables when ok, else why it failed and its stderr tail
     seconds: float       # wall time
-    kept: str = ""       # where a section not re-run came from ("" when it ran now)
+    kept: bool = False   # copied whole from the report at --out, not re-run
+    ran: str = ""        # "commit C, date D": where and when it ran (empty when kept)
 
 
 def _version(package: str) -> str:
@@ -161,38 +168,40 @@ def _read(path: str) -> str:
         return ""
 
 
-def _previous_sections(text: str) -> dict[str, tuple[str, str]]:
-    """Heading -> (the line naming the script and its wall time, the tables) of a report."""
+def _previous_sections(text: str) -> dict[str, str]:
+    """Heading -> the whole body of each section of a report."""
     sections = {}
     for chunk in text.split("\n## ")[1:]:
-        heading, _, body = chunk.partition("\n\n")
-        timing, _, tables = body.partition("\n\n")
-        sections[heading.strip()] = (timing.strip(), tables.rstrip() + "\n")
+        heading, _, body = chunk.partition("\n")
+        sections[heading.strip()] = body.strip() + "\n"
     return sections
 
 
-def _machine_item(text: str, key: str) -> str:
-    """The value of the ``- key: value`` line of a report's machine list, or ``unknown``."""
-    for line in text.splitlines():
-        if line.startswith(f"- {key}: "):
-            return line.removeprefix(f"- {key}: ")
-    return "unknown"
-
-
 def kept_outcome(script: str, previous: str) -> Outcome:
-    """The section of ``script`` copied from the report text ``previous``, not re-run.
+    """The section of ``script`` copied whole from the report text ``previous``, not re-run
+    (its own first line says when it was measured).
 
     It counts as failed when that report has no such section.
     """
     heading = next(title for title, name in SECTIONS if name == script)
     found = _previous_sections(previous).get(heading)
     if found is None:
-        return Outcome(script, False, _failure(f"`--keep {script}`: the previous report has no "
+        return Outcome(script, False, _failure(f"{script} not run: the previous report has no "
                                                f"section {heading!r}", ""), 0.0)
-    timing, tables = found
-    origin = (f"kept from the report of {_machine_item(previous, 'date')} (commit "
-              f"{_machine_item(previous, 'commit')}; {timing.rstrip('.')}), not re-run")
-    return Outcome(script, True, tables, 0.0, origin)
+    return Outcome(script, True, found, 0.0, kept=True)
+
+
+def script_name(name: str) -> str:
+    """A section's script from its file name or short name (``pte`` -> ``bench_pte.py``).
+
+    >>> script_name("pte"), script_name("bench_dsa.py")
+    ('bench_pte.py', 'bench_dsa.py')
+    """
+    scripts = [script for _, script in SECTIONS]
+    for candidate in (name, f"bench_{name}.py", f"{name}.py"):
+        if candidate in scripts:
+            return candidate
+    raise SystemExit(f"run_all: no benchmark {name!r}; one of {', '.join(scripts)}")
 
 
 def report(outcomes: Sequence[Outcome]) -> str:
@@ -200,7 +209,11 @@ def report(outcomes: Sequence[Outcome]) -> str:
     parts = ["# Benchmark results\n\n", "Written by `benchmarks/run_all.py` (`make bench`).\n\n",
              "## Machine\n\n", machine()]
     for (heading, _), outcome in zip(SECTIONS, outcomes, strict=True):
-        timing = outcome.kept or f"`benchmarks/{outcome.script}`, {outcome.seconds:.0f} s"
+        if outcome.kept:
+            parts.append(f"\n## {heading}\n\n{outcome.text.rstrip()}\n")
+            continue
+        timing = (f"`python benchmarks/{outcome.script}` at {outcome.ran}, "
+                  f"{outcome.seconds:.0f} s")
         parts.append(f"\n## {heading}\n\n{timing}.\n\n{outcome.text.rstrip()}\n")
     return "".join(parts)
 
@@ -211,29 +224,37 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="markdown file to write (default: benchmarks/RESULTS.md)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds per script (default {DEFAULT_TIMEOUT})")
-    parser.add_argument("--keep", action="append", default=[],
-                        choices=[script for _, script in SECTIONS],
+    parser.add_argument("--keep", action="append", default=[], type=script_name,
                         help="do not run this script; copy its section from the report "
                              "already at --out (repeatable)")
+    parser.add_argument("--only", action="append", default=[], type=script_name,
+                        help="run this script alone (repeatable; short names: pte, chunks); "
+                             "copy every other section from the report already at --out")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="scripts run at a time (default 1: the timings are the "
+                             "machine's alone)")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run every script, write the report; 0 when all succeeded, 1 otherwise."""
+    """Run the chosen scripts, write the report; 0 when all succeeded, 1 otherwise."""
     options = _arguments(argv)
-    previous = _read(options.out) if options.keep else ""
-    outcomes = []
-    for _, script in SECTIONS:
-        if script in options.keep:
-            outcomes.append(kept_outcome(script, previous))
-            print(f"run_all: {script} kept from {options.out}", file=sys.stderr, flush=True)
-            continue
+    scripts = [script for _, script in SECTIONS]
+    run = [s for s in scripts if (s in options.only if options.only else s not in options.keep)]
+    previous = _read(options.out) if len(run) < len(scripts) else ""
+    ran = f"commit {_commit()}, {machine().splitlines()[0].removeprefix('- date: ')}"
+
+    def one(script: str) -> Outcome:
         print(f"run_all: {script} ...", file=sys.stderr, flush=True)
-        outcome = run_script(script, options.timeout)
+        outcome = dataclasses.replace(run_script(script, options.timeout), ran=ran)
         status = "ok" if outcome.ok else "FAILED"
         print(f"run_all: {script} {status} in {outcome.seconds:.0f} s", file=sys.stderr,
               flush=True)
-        outcomes.append(outcome)
+        return outcome
+
+    with concurrent.futures.ThreadPoolExecutor(max(options.jobs, 1)) as pool:
+        done = dict(zip(run, pool.map(one, run), strict=True))
+    outcomes = [done[s] if s in done else kept_outcome(s, previous) for s in scripts]
     text = report(outcomes)  # before opening --out: truncating it would mark the commit dirty
     with open(options.out, "w", encoding="utf-8") as handle:
         handle.write(text)

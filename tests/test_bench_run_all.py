@@ -1,0 +1,50 @@
+"""``benchmarks/run_all.py`` (``make bench``): sections run alone keep the others whole, each
+section saying the commit and date it was measured at, with no chain of reports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import run_all  # noqa: E402
+
+
+def _previous() -> str:
+    sections = "".join(f"\n## {heading}\n\nMeasured at commit old{i} on 2026-12-01.\n\n"
+                       f"| a | b |\n|---|---|\n| {i} | {i} |\n"
+                       for i, (heading, _) in enumerate(run_all.SECTIONS))
+    return "# Benchmark results\n\n## Machine\n\n- date: then\n" + sections
+
+
+def test_only_runs_its_section_and_copies_the_others_whole(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "RESULTS.md"
+    out.write_text(_previous())
+    ran = []
+
+    def fake(script: str, timeout: float) -> run_all.Outcome:
+        ran.append(script)
+        return run_all.Outcome(script, True, "**Summary**: new.\n", 12.0)
+
+    monkeypatch.setattr(run_all, "run_script", fake)
+    monkeypatch.setattr(run_all, "_commit", lambda: "abc1234")
+    assert run_all.main(["--out", str(out), "--only", "pte"]) == 0
+    assert ran == ["bench_pte.py"]
+    sections = run_all._previous_sections(out.read_text())
+    shipped = sections["Shipped: the .pte with tensorplan's plan, run in ExecuTorch's runtime"]
+    assert shipped.startswith("`python benchmarks/bench_pte.py` at commit abc1234, ")
+    assert shipped.endswith(", 12 s.\n\n**Summary**: new.\n")
+    for i, (heading, script) in enumerate(run_all.SECTIONS):
+        if script != "bench_pte.py":
+            assert sections[heading] == (f"Measured at commit old{i} on 2026-12-01.\n\n"
+                                         f"| a | b |\n|---|---|\n| {i} | {i} |\n")
+    assert "kept from" not in out.read_text()
+
+
+def test_a_short_name_is_its_script_and_an_unknown_one_is_refused() -> None:
+    assert run_all.script_name("chunks") == "bench_chunks.py"
+    with pytest.raises(SystemExit, match="no benchmark 'nope'"):
+        run_all.script_name("nope")

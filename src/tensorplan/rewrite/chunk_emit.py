@@ -19,9 +19,7 @@ from tensorplan.errors import InputError
 from tensorplan.ops.control_flow import graph_modules
 from tensorplan.rewrite.chunk_regions import at_bounds, probe_points
 from tensorplan.rewrite.loop import LOOP_TAG, Loop
-from tensorplan.rewrite.parts import (
-    is_view_value,
-)
+from tensorplan.rewrite.parts import is_view_value
 from tensorplan.rewrite.rebuild import Rebuild
 from tensorplan.rewrite.region import Region
 

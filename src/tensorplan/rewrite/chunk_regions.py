@@ -26,10 +26,7 @@ from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 from torch.utils._sympy.numbers import int_oo
 
-from tensorplan.rewrite.parts import (
-    constants,
-    is_view_value,
-)
+from tensorplan.rewrite.parts import constants, is_view_value
 from tensorplan.rewrite.region import Region
 from tensorplan.rewrite.rows import (
     WHOLE,

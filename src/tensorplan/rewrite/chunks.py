@@ -50,16 +50,9 @@ from tensorplan.ops.control_flow import control_flow_op
 from tensorplan.rewrite.chunk_emit import chunk_program
 from tensorplan.rewrite.chunk_regions import Whole, at_bounds, found_regions
 from tensorplan.rewrite.columns import split_products
-from tensorplan.rewrite.parts import (
-    Parted,
-    peak_in_parts,
-    tensor_bytes,
-)
+from tensorplan.rewrite.parts import Parted, peak_in_parts, tensor_bytes
 from tensorplan.rewrite.region import Region
-from tensorplan.rewrite.rows import (
-    shape,
-    sizes_at,
-)
+from tensorplan.rewrite.rows import shape, sizes_at
 
 aten = torch.ops.aten
 

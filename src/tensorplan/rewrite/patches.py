@@ -48,23 +48,16 @@ from torch.export import ExportedProgram
 
 from tensorplan.errors import InputError
 from tensorplan.frontend.dim_names import dim_names
-from tensorplan.rewrite.int8 import (
-    int8_conv,
-    macs_per_output,
-    quantizes,
-)
+from tensorplan.rewrite.int8 import int8_conv, macs_per_output, quantizes
 from tensorplan.rewrite.patch_emit import patch_program
-from tensorplan.rewrite.splits import Split, behind, is_source, splits, tile_regions
+from tensorplan.rewrite.splits import Split, behind, splits, stopped, tile_regions
 from tensorplan.rewrite.windows import (
     CONV,
     PAD,
     Grid,
     Region,
-    is_spatial,
     reduces_space,
-    runs_per_patch,
     spatial_extent,
-    spatial_inputs,
     window,
 )
 
@@ -207,26 +200,3 @@ def choose(program: ExportedProgram, patches: str | Grid, max_overhead: float,
     if best.arena_bytes >= base.arena_bytes:
         best = base
     return programs[best], Patching(best, tuple(tried), max_overhead, stopped=stopped(program))
-
-
-def stopped(program: ExportedProgram) -> str:
-    """Why the patches end where they do: the first node, in graph order, that reads the
-    image (a user input, a quantized one, or a value made from it patch by patch) and has no
-    patch rule (a window, a pointwise image rule), named with its op; "" when none does. A
-    spatial reduction and its gate are not stops (they run once, before the patches)."""
-    users = [s.arg.name for s in program.graph_signature.input_specs
-             if s.kind.name == "USER_INPUT"]
-    reach: set[str] = set()
-    for node in program.graph.nodes:
-        if is_source(node, users) and is_spatial(node):
-            reach.add(node.name)
-            continue
-        if node.op != "call_function" or not any(a.name in reach for a in node.all_input_nodes):
-            continue
-        if runs_per_patch(node) and all(a.name in reach for a in spatial_inputs(node)):
-            reach.add(node.name)
-        elif not reduces_space(node):
-            op = getattr(node.target, "__name__", str(node.target))
-            return (f"the patches end at node {node.name!r} ({op}): it reads the image and "
-                    f"has no patch rule (a window or a pointwise rule over the image)")
-    return ""

@@ -4,7 +4,8 @@ value of the prefix is computed on for one output tile.
 A *split* is a value whose prefix (the nodes before it that run patch by patch, or once: spatial
 reductions and their gates) is read by nothing after it and reads one image: a user input, or
 its Cortex-M quantized copy. :func:`regions` walks the prefix backwards from a tile of the
-split value through each op's window (``windows.py``), clipping to each value's extent.
+split value through each op's window (``windows.py``), clipping to each value's extent;
+:func:`stopped` names the first op that ends every split.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 
-from tensorplan.rewrite.int8 import (
-    quantizes,
-)
+from tensorplan.rewrite.int8 import quantizes
 from tensorplan.rewrite.windows import (
     BATCH_NORM,
     MAX_POOL,
@@ -176,3 +175,26 @@ def tile_regions(split: Split, nodes: Mapping[str, torch.fx.Node], grid: Grid
     rows, cols = spatial_extent(nodes[split.node])
     return [[regions(split, nodes, ((r0, r1), (c0, c1))) for c0, c1 in _tiles(cols, grid[1])]
             for r0, r1 in _tiles(rows, grid[0])]
+
+
+def stopped(program: ExportedProgram) -> str:
+    """Why the patches end where they do: the first node, in graph order, that reads the
+    image (a user input, a quantized one, or a value made from it patch by patch) and has no
+    patch rule (a window, a pointwise image rule), named with its op; "" when none does. A
+    spatial reduction and its gate are not stops (they run once, before the patches)."""
+    users = [s.arg.name for s in program.graph_signature.input_specs
+             if s.kind.name == "USER_INPUT"]
+    reach: set[str] = set()
+    for node in program.graph.nodes:
+        if is_source(node, users) and is_spatial(node):
+            reach.add(node.name)
+            continue
+        if node.op != "call_function" or not any(a.name in reach for a in node.all_input_nodes):
+            continue
+        if runs_per_patch(node) and all(a.name in reach for a in spatial_inputs(node)):
+            reach.add(node.name)
+        elif not reduces_space(node):
+            op = getattr(node.target, "__name__", str(node.target))
+            return (f"the patches end at node {node.name!r} ({op}): it reads the image and "
+                    f"has no patch rule (a window or a pointwise rule over the image)")
+    return ""

@@ -21,12 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from tensorplan.rewrite.int8 import (
-    image_positions,
-    int8_conv,
-    kernel_size,
-    padding_value,
-)
+from tensorplan.rewrite.int8 import image_positions, int8_conv, kernel_size, padding_value
 
 Span = tuple[int, int]  # [start, stop) of rows or columns, maybe outside the value's extent
 Region = tuple[Span, Span]  # (rows, columns)

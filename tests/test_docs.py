@@ -87,3 +87,32 @@ def test_troubleshooting_has_a_section_for_every_error() -> None:
     missing = [name for name in defined if not re.search(rf"\b{name}\b", headings)]
     assert len(defined) >= 10
     assert not missing, f"error types with no heading in troubleshooting.md: {missing}"
+
+
+_FIGURE = re.compile(r"(\d[\d,]*(?:\.\d+)?)(?:–(\d[\d,]*(?:\.\d+)?))?(x| B| kB)")
+
+
+def _results_sections() -> dict[str, str]:
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    return {head.strip(): body for head, _, body in
+            (chunk.partition("\n") for chunk in text.split("\n## ")[1:])}
+
+
+def test_every_figure_of_the_readme_performance_table_is_in_its_results_section() -> None:
+    """Each row of the README's table names its RESULTS.md sections (their headings before the
+    colon); every ratio and byte count the row quotes is written in one of them."""
+    text = README.read_text(encoding="utf-8")
+    table = text[text.index("| what (`benchmarks/RESULTS.md` section)"):text.index("## Guides")]
+    sections = _results_sections()
+    rows = [row.strip().strip("|").split("|") for row in table.splitlines()[2:] if row.strip()]
+    assert len(rows) >= 8
+    for what, figures, *_ in rows:
+        named = [body for head, body in sections.items() if head.split(":")[0] in what]
+        assert named, f"README row {what.strip()!r} names no RESULTS.md section"
+        quoted = [(m.group(1), m.group(3)) for m in _FIGURE.finditer(figures)]
+        quoted += [(m.group(2), m.group(3)) for m in _FIGURE.finditer(figures) if m.group(2)]
+        assert quoted, f"README row {what.strip()!r} quotes no figure"
+        for number, unit in quoted:
+            written = (f"{number}x",) if unit == "x" else (number, number.replace(",", ""))
+            assert any(w in body for w in written for body in named), \
+                f"README row {what.strip()!r}: {number}{unit} is not in its RESULTS.md section"

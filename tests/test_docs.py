@@ -98,9 +98,16 @@ def _results_sections() -> dict[str, str]:
             (chunk.partition("\n") for chunk in text.split("\n## ")[1:])}
 
 
+def _prose(body: str) -> str:
+    """A section's text outside its tables: its summary and notes."""
+    return "\n".join(line for line in body.splitlines() if not line.startswith("|"))
+
+
 def test_every_figure_of_the_readme_performance_table_is_in_its_results_section() -> None:
     """Each row of the README's table names its RESULTS.md sections (their headings before the
-    colon); every ratio and byte count the row quotes is written in one of them."""
+    colon); every ratio and byte count the row quotes is written in one of them, and every
+    figure it sets in bold (the headline) in their summaries and notes, not only in a table
+    cell."""
     text = README.read_text(encoding="utf-8")
     table = text[text.index("| what (`benchmarks/RESULTS.md` section)"):text.index("## Guides")]
     sections = _results_sections()
@@ -116,3 +123,9 @@ def test_every_figure_of_the_readme_performance_table_is_in_its_results_section(
             written = (f"{number}x",) if unit == "x" else (number, number.replace(",", ""))
             assert any(w in body for w in written for body in named), \
                 f"README row {what.strip()!r}: {number}{unit} is not in its RESULTS.md section"
+        for bold in re.findall(r"\*\*([^*]+)\*\*", figures):
+            number = _FIGURE.search(bold)
+            assert number is not None, f"README row {what.strip()!r}: bold {bold!r} is no figure"
+            written = number.group(1) + ("x" if number.group(3) == "x" else "")
+            assert any(written in _prose(body) for body in named), \
+                f"README row {what.strip()!r}: {bold} is not in its sections' summaries or notes"

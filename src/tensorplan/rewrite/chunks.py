@@ -267,7 +267,7 @@ def _in_dim_names(chunking: Chunking, names: Mapping[str, str]) -> Chunking:
 
 def _choose(program: ExportedProgram, chunks: str | int,
             arena_of: Callable[[ExportedProgram], int]) -> tuple[ExportedProgram, Chunking]:
-    counts = _checked(chunks)
+    _checked(chunks)  # a count that is no count raises before anything is planned
     base = Candidate(1, 0, arena_of(program), 1.0)
     parted = split_products(program)
     read = found_regions(parted)
@@ -275,13 +275,14 @@ def _choose(program: ExportedProgram, chunks: str | int,
         return program, _declined(base, read)
     found, whole, upper = read
     with sizes_at(upper):
-        chosen, chunking = _chosen(parted, chunks, counts, arena_of, base, found, whole)
+        chosen, chunking = _chosen(parted, chunks, arena_of, base, found, whole)
     return (program if chosen is parted else chosen), chunking
 
 
-def _chosen(program: ExportedProgram, chunks: str | int, counts: tuple[int, ...],
+def _chosen(program: ExportedProgram, chunks: str | int,
             arena_of: Callable[[ExportedProgram], int], base: Candidate,
             found: list[Region], whole: list[Whole]) -> tuple[ExportedProgram, Chunking]:
+    counts = _checked(chunks)
     base = Candidate(1, estimate(program, found, [1] * len(found)), base.arena_bytes, 1.0)
     if not found:
         return program, _declined(base, "no region: no value made by rows holds a larger one "

@@ -32,7 +32,7 @@ from tensorplan.analysis.alias import AliasTable
 from tensorplan.frontend.dim_names import named
 from tensorplan.frontend.fake import program_shape_env
 from tensorplan.frontend.roles import Roles
-from tensorplan.plan.plan import MemoryPlan
+from tensorplan.plan.plan import MemoryPlan, PlannedStorage
 from tensorplan.plan.symbolic.dims import DimRange, SymbolicPlan
 from tensorplan.plan.symbolic.sizes import Box, Poly, SizeExpr, Term
 from tensorplan.specs.spec import SpecTable, canonical
@@ -103,16 +103,16 @@ class _Size:
     held: str | None
 
 
-def _storage_size(values: Sequence[str], specs: SpecTable, names: Mapping[sympy.Symbol, str],
-                  bound: int, alignment: int, box: Box, sliced: bool,
-                  views: frozenset[str]) -> _Size:
-    """The storage's size at every point of ``box``: the largest of its values that address
-    bytes of their own (a view's, an ``expand``'s of a KV cache, are its base's), or its
-    concrete ``bound`` and why it is held there."""
+def _storage_size(placed: PlannedStorage, specs: SpecTable, names: Mapping[sympy.Symbol, str],
+                  alignment: int, box: Box, alias: AliasTable) -> _Size:
+    """The ``placed`` storage's size at every point of ``box``: the largest of its values that
+    address bytes of their own (a view's, an ``expand``'s of a KV cache, are its base's), or
+    its concrete size at the bounds and why it is held there."""
+    sliced = bool(set(alias.slices) & set(placed.values))
     polys, why = [], None
-    for value in values:
+    for value in placed.values:
         spec = specs.spec_of(value)
-        if spec is None or value in views:
+        if spec is None or value in alias.views:
             continue
         numel = math.prod(canonical(s) for s in spec.sym_shape) * spec.dtype.itemsize
         found = poly_of(numel if isinstance(numel, int) else sympy.sympify(numel), names)
@@ -123,7 +123,7 @@ def _storage_size(values: Sequence[str], specs: SpecTable, names: Mapping[sympy.
     if why is None and sliced and any(not p.is_constant for p in polys):
         why = "a concatenation is made in it in place, laid out at its bound's strides"
     if why is not None:
-        return _Size(SizeExpr.constant(bound), SizeExpr.constant(bound), why)
+        return _Size(SizeExpr.constant(placed.size), SizeExpr.constant(placed.size), why)
     need = SizeExpr.largest((Term(p) for p in polys), box)
     reserved = SizeExpr.largest((Term.aligned(p, alignment) for p in polys), box)
     return _Size(reserved, need, None)
@@ -156,8 +156,7 @@ def plan_symbolic(plan: MemoryPlan, program: ExportedProgram, specs: SpecTable,
     box = Box({d.name: (d.lower, d.upper) for d in dims})
     sizes, needs, held = {}, {}, {}
     for sid, placed in plan.storages.items():
-        size = _storage_size(placed.values, specs, names, placed.size, plan.alignment, box,
-                             bool(set(alias.slices) & set(placed.values)), alias.views)
+        size = _storage_size(placed, specs, names, plan.alignment, box, alias)
         if placed.graph:
             size = _Size(SizeExpr.constant(placed.size), SizeExpr.constant(placed.size),
                          None if size.need.is_constant else

@@ -48,7 +48,7 @@ class Key:
     section: str
     table: tuple[str, ...]  # the table's header cells
     occurrence: int         # the how-manieth table with this header in the section
-    row: str                # the row's first cell
+    row: str                # the row's first cell ("name (2)" for its second row so named)
     column: str
 
 
@@ -79,10 +79,12 @@ def figures(text: str) -> dict[Key, str]:
         elif line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
             header = tuple(_cells(line))
             seen[header] = occurrence = seen.get(header, -1) + 1
+            named: dict[str, int] = {}
             for row in _rows(lines[i + 2:]):
+                named[row[0]] = named.get(row[0], 0) + 1  # the how-manieth row so named
+                label = row[0] if named[row[0]] == 1 else f"{row[0]} ({named[row[0]]})"
                 for column, cell in zip(header[1:], row[1:], strict=False):
-                    key = Key(section, header, occurrence, row[0], column)
-                    found.setdefault(key, cell)
+                    found.setdefault(Key(section, header, occurrence, label, column), cell)
     return found
 
 

@@ -8,7 +8,7 @@ the row's first cell and the column. Its kind comes from the column's header (th
 cell's unit), with the direction that is better and the noise a change must pass to count:
 
 - bytes (a header with ``(B)`` or ``bytes``, or a cell in ``B``): lower is better, exact;
-- times (``ms``, ``(s)``, ``compile``): lower is better, ``TIME_NOISE``;
+- times (``ms``, ``(s)``, ``seconds``, ``compile``): lower is better, ``TIME_NOISE``;
 - rates (``GFLOP/s``): higher is better, ``TIME_NOISE``;
 - ratios (a cell ending in ``x``): lower is better, ``RATIO_NOISE`` and more than the last
   digit written; a ratio of run times (a cell in ``ms``) is a time;
@@ -115,7 +115,8 @@ def kind(column: str, cell: str) -> str | None:
         return "rate"
     if "(b)" in header or "bytes" in header or unit.startswith("B"):
         return "bytes"
-    if unit.startswith("ms") or " ms" in f" {header}" or "(s)" in header or "compile" in header:
+    if unit.startswith("ms") or " ms" in f" {header}" or "(s)" in header \
+            or "compile" in header or "seconds" in header:
         return "time"
     if unit.startswith("x"):
         return "time" if " ms" in cell else "ratio"

@@ -207,7 +207,8 @@ def script_name(name: str) -> str:
 def report(outcomes: Sequence[Outcome]) -> str:
     """The whole markdown report: title, machine, then one section per script."""
     parts = ["# Benchmark results\n\n", "Written by `benchmarks/run_all.py` (`make bench`).\n\n",
-             "## Machine\n\n", machine()]
+             "## Machine\n\n", "Each section's first line says the command, the commit and the "
+             "date it ran at; this run's:\n\n", machine()]
     for (heading, _), outcome in zip(SECTIONS, outcomes, strict=True):
         if outcome.kept:
             parts.append(f"\n## {heading}\n\n{outcome.text.rstrip()}\n")

@@ -34,6 +34,8 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from run_all import sections
+
 TIME_NOISE = 0.15   # a time or rate must change by more than this share to count
 RATIO_NOISE = 0.03  # a ratio must grow by more than this share to count
 REPORT = "benchmarks/RESULTS.md"
@@ -71,12 +73,13 @@ def _cells(line: str) -> list[str]:
 def figures(text: str) -> dict[Key, str]:
     """Every table cell of a markdown report (not a row's first cell), by its ``Key``."""
     found: dict[Key, str] = {}
-    section, seen = "", {}
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("## "):
-            section, seen = line[3:].strip(), {}
-        elif line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+    for section, body in sections(text).items():
+        seen: dict[tuple[str, ...], int] = {}
+        lines = body.splitlines()
+        for i, line in enumerate(lines):
+            if not (line.startswith("|") and i + 1 < len(lines)
+                    and lines[i + 1].startswith("|---")):
+                continue
             header = tuple(_cells(line))
             seen[header] = occurrence = seen.get(header, -1) + 1
             named: dict[str, int] = {}

@@ -168,10 +168,10 @@ def _read(path: str) -> str:
         return ""
 
 
-def _previous_sections(text: str) -> dict[str, str]:
-    """Heading -> the whole body of each section of a report."""
+def sections(text: str) -> dict[str, str]:
+    """Heading -> the whole body of each ``## `` section of a report (``RESULTS.md``)."""
     sections = {}
-    for chunk in text.split("\n## ")[1:]:
+    for chunk in f"\n{text}".split("\n## ")[1:]:
         heading, _, body = chunk.partition("\n")
         sections[heading.strip()] = body.strip() + "\n"
     return sections
@@ -184,7 +184,7 @@ def kept_outcome(script: str, previous: str) -> Outcome:
     It counts as failed when that report has no such section.
     """
     heading = next(title for title, name in SECTIONS if name == script)
-    found = _previous_sections(previous).get(heading)
+    found = sections(previous).get(heading)
     if found is None:
         return Outcome(script, False, _failure(f"{script} not run: the previous report has no "
                                                f"section {heading!r}", ""), 0.0)

@@ -33,7 +33,7 @@ def test_only_runs_its_section_and_copies_the_others_whole(tmp_path, monkeypatch
     monkeypatch.setattr(run_all, "_commit", lambda: "abc1234")
     assert run_all.main(["--out", str(out), "--only", "pte"]) == 0
     assert ran == ["bench_pte.py"]
-    sections = run_all._previous_sections(out.read_text())
+    sections = run_all.sections(out.read_text())
     shipped = sections["Shipped: the .pte with tensorplan's plan, run in ExecuTorch's runtime"]
     assert shipped.startswith("`python benchmarks/bench_pte.py` at commit abc1234, ")
     assert shipped.endswith(", 12 s.\n\n**Summary**: new.\n")

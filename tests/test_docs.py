@@ -93,9 +93,10 @@ _FIGURE = re.compile(r"(\d[\d,]*(?:\.\d+)?)(?:–(\d[\d,]*(?:\.\d+)?))?(x| B| kB
 
 
 def _results_sections() -> dict[str, str]:
-    text = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
-    return {head.strip(): body for head, _, body in
-            (chunk.partition("\n") for chunk in text.split("\n## ")[1:])}
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from run_all import sections
+
+    return sections((ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8"))
 
 
 def _prose(body: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tensorplan.banks.choice import Bank, BankOptions
+from tensorplan.errors import InputError
 from tensorplan.plan.plan import PlanOptions
 from tensorplan.plan.planners import PlannerParams
 from tensorplan.rewrite.options import MAX_PATCH_OVERHEAD, RewriteOptions
@@ -52,3 +53,16 @@ class CompileOptions:
             PlanOptions(algorithm, alignment, time_limit,
                         PlannerParams() if planner_params is None else planner_params,
                         inputs_in_arena, max_arena_bytes))
+
+
+def chosen_options(keywords: CompileOptions, options: CompileOptions | None,
+                   caller: str) -> CompileOptions:
+    """The options a call runs with: ``options`` when given (the call's keywords, made into
+    ``keywords``, then at their defaults), else ``keywords``. Raises ``InputError`` naming
+    ``caller`` when both are given."""
+    if options is None:
+        return keywords
+    if keywords != CompileOptions():
+        raise InputError(f"{caller}: give the options either as keywords or as options=, not "
+                         "both (dataclasses.replace the object to change a field)")
+    return options

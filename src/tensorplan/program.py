@@ -24,7 +24,7 @@ from tensorplan.formats.options_json import OPTIONS_KEY, encode_options
 from tensorplan.frontend.capture import ProgramManager, capture
 from tensorplan.frontend.roles import Roles, read_roles
 from tensorplan.internal import stage
-from tensorplan.options import CompileOptions
+from tensorplan.options import CompileOptions, chosen_options
 from tensorplan.plan.budget import Rewrite, check_arena
 from tensorplan.plan.plan import MemoryPlan, PlanOptions, plan_memory
 from tensorplan.plan.planners import PlannerParams
@@ -234,12 +234,10 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | ProgramManager
         max_arena_bytes=max_arena_bytes, patches=patches, max_overhead=max_overhead,
         chunks=chunks, banks=banks, pin=pin, constants_bank=constants_bank,
         inputs_in_arena=inputs_in_arena)
-    if options is not None and asked != CompileOptions():
-        raise InputError("compile: give the options either as keywords or as options=, not "
-                         "both (dataclasses.replace the object to change a field)")
+    chosen = chosen_options(asked, options, "compile")
     with stage("capture"):
         program = capture(model_or_program, args, kwargs, dynamic_shapes=dynamic_shapes)
-    return _compiled(program, asked if options is None else options)
+    return _compiled(program, chosen)
 
 
 def _compiled(program: ExportedProgram, options: CompileOptions) -> Program:

@@ -41,7 +41,7 @@ from tensorplan.integrations.executorch.fold import (
 from tensorplan.integrations.executorch.identities import identity_copies_removed
 from tensorplan.integrations.executorch.loops import with_stacked_outputs_sized
 from tensorplan.integrations.executorch.rewrite import NONE, ProductRewrites, fast_products
-from tensorplan.options import CompileOptions
+from tensorplan.options import CompileOptions, chosen_options
 
 if TYPE_CHECKING:
     from executorch.exir import ExecutorchProgramManager
@@ -216,15 +216,10 @@ def _asked(program: Any, options: CompileOptions | None,
     """The options a lowering runs with: ``options`` when given (the keywords then at their
     defaults), else the keywords; keywords all at their defaults and a ``tensorplan.Program``
     ship with the options it was compiled with."""
-    if options is not None:
-        if keywords != CompileOptions():
-            raise InputError("integrations.executorch: give the options either as keywords or "
-                             "as options=, not both")
-        return options
     compiled = getattr(program, "options", None)
-    if keywords == CompileOptions() and isinstance(compiled, CompileOptions):
+    if options is None and keywords == CompileOptions() and isinstance(compiled, CompileOptions):
         return compiled
-    return keywords
+    return chosen_options(keywords, options, "integrations.executorch")
 
 
 def _best_folding(edge: Any, config: Any, options: Any,

@@ -32,8 +32,9 @@ def encode_options(options: CompileOptions) -> dict[str, Any]:
 
 
 def decode_options(data: Any, where: str) -> CompileOptions:
-    """The options ``encode_options`` wrote; a field of the wrong shape raises
-    ``FormatError`` naming ``where``."""
+    """The options ``encode_options`` wrote; a group that is no object, or a field missing
+    or unknown, raises ``FormatError`` naming ``where`` (field values are not type-checked:
+    the plan the file holds is verified on its own)."""
     try:
         groups = dict(data)
         plan = dict(groups["plan"])

@@ -390,8 +390,58 @@ def test_the_arena_wins_the_folding_choice_unless_the_total_is_preferred() -> No
     assert _why(tie[1], tie, "arena") == (
         "as small an arena as any, the smallest arena + constants of those (none: arena "
         "100 B, total 150 B)")
-    with pytest.raises(tp.InputError, match="prefer must be one of 'arena', 'total'"):
+    with pytest.raises(tp.InputError, match="prefer must be one of 'arena', 'total', 'time'"):
         lower(torch.export.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),)), prefer="ram")
+
+
+class _RotaryAttention(torch.nn.Module):
+    """An attention whose causal mask and rotary table depend on no input: values a folding
+    reads from the constants instead of computing them at each call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = torch.nn.Linear(16, 16)
+        self.o = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.shape[1]
+        position = torch.arange(tokens, dtype=torch.float32)[:, None]
+        angle = position * torch.exp(torch.arange(0, 16, 2, dtype=torch.float32) * -0.5)
+        table = torch.cat([angle.sin(), angle.cos()], dim=-1)
+        mask = torch.ones(tokens, tokens, dtype=torch.bool).tril()
+        q = self.q(x) * table
+        scores = (q @ q.transpose(1, 2)).masked_fill(~mask, -1e4).softmax(-1)
+        return self.o(scores @ q)
+
+
+def test_prefer_time_keeps_the_folding_that_runs_the_fewest_instructions_at_the_same_arena(
+) -> None:
+    model = _RotaryAttention().eval()
+    program = torch.export.export(model, (torch.randn(1, 32, 16),))
+    by_arena = lower(program, check=True)
+    by_time = lower(program, prefer="time", check=True)
+    assert [(c.name, c.arena_bytes, c.constant_bytes, c.instructions) for c in by_time.folds] == [
+        ("none", 11_264, 2_180, 28), ("tensorplan", 9_216, 3_204, 22),
+        ("executorch const-prop", 9_216, 5_252, 12)]
+    assert (by_arena.folding, by_arena.arena_bytes, by_arena.constant_bytes) == (
+        "tensorplan", 9_216, 3_204)
+    assert (by_time.folding, by_time.arena_bytes, by_time.constant_bytes) == (
+        "executorch const-prop", 9_216, 5_252)
+    assert by_time.why == (
+        "as small an arena as any, the fewest instructions run at each call of those "
+        "(tensorplan: arena 9,216 B, total 12,420 B, 22 instructions)")
+    assert by_arena.check.matches and by_time.check.matches
+
+
+def test_prefer_time_breaks_a_tie_of_arena_and_instructions_by_arena_plus_constants() -> None:
+    from tensorplan.integrations.executorch.ship import FoldChoice, _rank, _why
+
+    tie = [FoldChoice("none", 100, 50, instructions=7),
+           FoldChoice("executorch const-prop", 100, 60, instructions=7)]
+    assert min(tie, key=lambda c: _rank(c, "time")).name == "none"
+    assert _why(tie[0], tie, "time") == (
+        "as small an arena and as few instructions as any, the smallest arena + constants of "
+        "those (executorch const-prop: arena 100 B, total 160 B, 7 instructions)")
 
 
 @pytest.mark.slow

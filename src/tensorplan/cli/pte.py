@@ -23,10 +23,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--algorithm", default="auto", choices=sorted(PLANNERS),
                         help="planner (default auto)")
     options.add_switches(parser, _SWITCHES, "lower")
-    parser.add_argument("--prefer", choices=("arena", "total"), default="arena",
+    parser.add_argument("--prefer", choices=("arena", "total", "time"), default="arena",
                         help="the folding kept: the smallest arena, then arena + constants "
-                             "(default: the arena is the RAM), or the smallest arena + "
-                             "constants, then arena")
+                             "(default: the arena is the RAM), the smallest arena + "
+                             "constants, then arena, or the smallest arena, then the fewest "
+                             "instructions run at each call (time)")
     parser.add_argument("--check", action="store_true",
                         help="load the .pte in ExecuTorch's runtime, run the example inputs and "
                              "compare with eager (exit 1 if it differs, 2 if the runtime "

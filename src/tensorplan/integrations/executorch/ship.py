@@ -58,6 +58,8 @@ class FoldChoice:
     constant_bytes: int
     lowered: bool = True  # False: not lowered, its figures estimated (ship._unpaid): it
     #                       folds nothing at the peak and adds constants, so it cannot win
+    instructions: int | None = None  # instructions run at each call, over all methods (the
+    #                                  values it folds are read, not computed); None: not lowered
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class Shipped:
     arena_bytes: int  # planned bytes over all methods (ExecuTorch's non-constant buffers)
     constant_bytes: int  # bytes of the program's constant data
     folding: str  # the FoldChoice kept
-    why: str  # why it was kept over the others (``prefer``: the arena, or arena + constants)
+    why: str  # why it was kept over the others (``prefer``: ship.PREFERENCES)
     folds: tuple[FoldChoice, ...]  # every folding tried
     methods: Mapping[str, Any]  # method name -> planning_pass.GraphPlan
     products: ProductRewrites  # matrix products moved onto fast kernels (rewrite.py)
@@ -112,7 +114,9 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     ``reorder``: tensorplan's node order; ``fold``: the folding of constants (none, tensorplan's,
     ExecuTorch's constant propagation) with the smallest arena, then the smallest arena +
     constants (``prefer="arena"``: the arena is the RAM, constants are flash or mapped), or
-    the smallest arena + constants, then arena (``prefer="total"``); ``algorithm``:
+    the smallest arena + constants, then arena (``prefer="total"``), or the smallest arena,
+    then the fewest instructions run at each call (``prefer="time"``: a mask or a rotary
+    table folded is read from the constants, not computed at each call); ``algorithm``:
     tensorplan's planner ("auto", "greedy", "optimal", "naive").
     ``banks`` (``tp.Bank``, fastest first): each bank its own ``mem_id`` (1, 2, ...), every
     planned tensor in the bank that makes its traffic cheapest within the capacities
@@ -227,7 +231,7 @@ def _best_folding(edge: Any, config: Any, options: Any,
     """The lowering of ``edge`` with the folding ``prefer`` ranks first (``_rank``): none,
     tensorplan's (``fold.choose_folds``, paid for by the unfolded plan's busiest step), and
     ExecuTorch's constant propagation; and every ``FoldChoice`` tried. A folding that cannot
-    win (``_unpaid``) is not lowered."""
+    win (``_unpaid``, which counts bytes only: not for ``prefer="time"``) is not lowered."""
     best = _lowered("none", edge, config, options, {}, False)
     plans = best.plans
     with torch.no_grad():
@@ -246,7 +250,7 @@ def _best_folding(edge: Any, config: Any, options: Any,
         folded = {m: {n for n in known[m] if n.op != "placeholder"
                       and (const_prop or n.name in folds.get(m, ()))} for m in edge.methods}
         counted = sum(constant_bytes(known[m], folded[m]) for m in edge.methods)
-        unpaid = _unpaid(plans, lowered, folded, counted, name)
+        unpaid = None if prefer == "time" else _unpaid(plans, lowered, folded, counted, name)
         if unpaid is not None:
             tried.append(unpaid)
             continue
@@ -306,13 +310,21 @@ def _peak_without(plan: GraphPlan, names: set[str]) -> int:
     return max(load)
 
 
-PREFERENCES = ("arena", "total")  # what the folding choice minimises first
+PREFERENCES = {  # prefer -> what the folding choice minimises first, what it keeps of ties
+    "arena": ("arena", "the smallest arena + constants"),
+    "total": ("arena + constants", "the smallest arena"),
+    "time": ("arena", "the fewest instructions run at each call"),
+}
 
 
-def _rank(choice: FoldChoice, prefer: str) -> tuple[int, int]:
-    """What the folding choice minimises: the arena, then arena + constants ("arena"), or
-    arena + constants, then the arena ("total")."""
+def _rank(choice: FoldChoice, prefer: str) -> tuple[int, ...]:
+    """What the folding choice minimises: the arena, then arena + constants ("arena");
+    arena + constants, then the arena ("total"); or the arena, then the instructions run at
+    each call (the values folded are read from the constants, not computed), then
+    arena + constants ("time")."""
     total = choice.arena_bytes + choice.constant_bytes
+    if prefer == "time":
+        return choice.arena_bytes, choice.instructions or 0, total
     return (choice.arena_bytes, total) if prefer == "arena" else (total, choice.arena_bytes)
 
 
@@ -321,14 +333,18 @@ def _why(kept: FoldChoice, tried: Sequence[FoldChoice], prefer: str) -> str:
     others = sorted((c for c in tried if c.name != kept.name), key=lambda c: _rank(c, prefer))
     if not others:
         return "the only folding tried"
-    first = "arena" if prefer == "arena" else "arena + constants"
+    first, second = PREFERENCES[prefer]
     runner = others[0]
     figures = (f"{runner.name}: arena {runner.arena_bytes:,} B, total "
                f"{runner.arena_bytes + runner.constant_bytes:,} B")
+    if prefer == "time":
+        figures += f", {runner.instructions} instructions"
     if _rank(kept, prefer)[0] < _rank(runner, prefer)[0]:
         return f"the smallest {first} ({figures})"
-    second = "arena + constants" if prefer == "arena" else "arena"
-    return f"as small an {first} as any, the smallest {second} of those ({figures})"
+    if _rank(kept, prefer)[1] < _rank(runner, prefer)[1] or prefer != "time":
+        return f"as small an {first} as any, {second} of those ({figures})"
+    return ("as small an arena and as few instructions as any, the smallest arena + constants "
+            f"of those ({figures})")
 
 
 def _sharing_constants(edge: Any) -> Any:
@@ -368,7 +384,8 @@ def _lowered(name: str, edge: Any, config: Any, options: Any, folds: Mapping[str
             config, do_quant_fusion_and_const_prop=const_prop, memory_planning_pass=passes,
             run_reinplace_pass=config.run_reinplace_pass or options.reuse)
         manager = with_stacked_outputs_sized(candidate.to_executorch(lowering), lowering)
-    choice = FoldChoice(name, _arena_bytes(manager), _constant_bytes(manager))
+    choice = FoldChoice(name, _arena_bytes(manager), _constant_bytes(manager),
+                        instructions=_instruction_count(manager))
     return _Lowering(choice, manager, _method_plans(passes, edge), passes)
 
 
@@ -431,6 +448,12 @@ def _arena_bytes(manager: Any) -> int:
     """Planned bytes of every method: each one's non-constant buffers past id 0."""
     return sum(sum(plan.non_const_buffer_sizes[1:])
                for plan in manager.executorch_program.execution_plan)
+
+
+def _instruction_count(manager: Any) -> int:
+    """Instructions of every method's chains: what one call of each method runs."""
+    return sum(len(chain.instructions) for plan in manager.executorch_program.execution_plan
+               for chain in plan.chains)
 
 
 def _constant_bytes(manager: Any) -> int:

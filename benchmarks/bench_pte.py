@@ -59,10 +59,12 @@ class Row:
     shipped: Shipped | None  # tensorplan's lowering (its manager dropped), None if it failed
     result: ExecuTorchResult  # tensorplan's .pte loaded, run and compared with eager
     seconds: float  # to_executorch wall time
-    times: dict[str, float] | None  # median ms: "tensorplan", "eager" and (when its program
-    #                                 runs) "executorch", the best configuration's
+    times: dict[str, float] | None  # median ms: "tensorplan", "eager", (when its program
+    #                                 runs) "executorch", the best configuration's, and (when
+    #                                 it keeps another folding) "time", prefer="time"'s
     python_arena: int | None = None  # tp.compile's plan.arena_bytes, None if it failed
     gap: str = ""  # gap.describe of what keeps the .pte above the Python plan ("": nothing)
+    by_time: str = ""  # the folding lower(prefer="time") keeps where it differs ("": the same)
 
 
 def _export(example: Example) -> torch.export.ExportedProgram:
@@ -77,12 +79,15 @@ def _lower_config(example: Example, config: str) -> tuple[Any, str | None]:
         return None, one_line(error, REASON_CHARS)
 
 
-def _times(example: Example, ours: Any, theirs: Any | None, runs: int) -> dict[str, float]:
-    """Median ms of tensorplan's ``.pte``, of the best configuration's (when one runs) and of
-    eager PyTorch, calls interleaved."""
+def _times(example: Example, ours: Any, theirs: Any | None, by_time: Any | None,
+           runs: int) -> dict[str, float]:
+    """Median ms of tensorplan's ``.pte``, of the best configuration's (when one runs), of
+    prefer="time"'s (when given) and of eager PyTorch, calls interleaved."""
     programs = {"tensorplan": common.load_executorch(ours)}
     if theirs is not None:
         programs["executorch"] = common.load_executorch(theirs)
+    if by_time is not None:
+        programs["time"] = common.load_executorch(by_time)
     calls = {name: common.executorch_call(program, example.args, example.kwargs)
              for name, program in programs.items()}
     calls["eager"] = lambda: example.model(*example.args, **example.kwargs)
@@ -117,9 +122,22 @@ def measure(name: str, runs: int) -> Row:
                                    REASON_CHARS)
     chosen = common.best_result(results)
     theirs = lowered[chosen.config] if chosen is not None and chosen.failed is None else None
-    times = _times(example, shipped.manager, theirs, runs) if ours.failed is None else None
+    by_time = _by_time(example, shipped) if ours.failed is None else None
+    times = _times(example, shipped.manager, theirs, by_time and by_time.manager,
+                   runs) if ours.failed is None else None
     return Row(name, tuple(results), dataclasses.replace(shipped, manager=None), ours, seconds,
-               times, python_arena, gap)
+               times, python_arena, gap, by_time.folding if by_time else "")
+
+
+def _by_time(example: Example, shipped: Shipped) -> Shipped | None:
+    """``lower(prefer="time")`` of the example where it may keep another folding than
+    ``shipped`` (another folding tried gave the same arena) and does; else None."""
+    if not any(choice.name != shipped.folding and choice.arena_bytes == shipped.arena_bytes
+               for choice in shipped.folds):
+        return None
+    with torch.no_grad(), quiet():
+        by_time = lower(_export(example), prefer="time")
+    return by_time if by_time.folding != shipped.folding else None
 
 
 def _python_plan(example: Example, shipped: Shipped) -> tuple[int | None, str]:
@@ -138,14 +156,18 @@ def _equal_cell(result: ExecuTorchResult) -> str:
     return "yes" if result.failed is None else f"{result.failed}: {result.reason}"
 
 
-def _time_cell(times: dict[str, float] | None) -> str:
+def _time_cell(row: Row) -> str:
+    times = row.times
     if times is None:
         return "n/a"
     ours = times["tensorplan"]
     best = (f"{times['executorch']:.2f} ms, {common.ratio(ours, times['executorch'])}"
             if "executorch" in times else "does not run")
+    by_time = (f"; prefer=\"time\" ({row.by_time}): {times['time']:.2f} ms, "
+               f"{common.ratio(times['time'], times['executorch'])} of the best's"
+               if "time" in times and "executorch" in times else "")
     return (f"{ours:.2f} ms / best's {best} / eager {times['eager']:.2f} ms, "
-            f"{common.ratio(ours, times['eager'])}")
+            f"{common.ratio(ours, times['eager'])}{by_time}")
 
 
 def run_summary(rows: Sequence[Row]) -> str:
@@ -159,10 +181,16 @@ def run_summary(rows: Sequence[Row]) -> str:
         return "no `.pte` ran"
     slowest = max(best, key=best.__getitem__) if best else None
     above = sorted(model for model, value in best.items() if value > 1.0)
+    by_time = {**best, **{r.model: r.times["time"] / r.times["executorch"] for r in timed
+                          if "time" in r.times and "executorch" in r.times}}
+    above_by_time = sorted(model for model, value in by_time.items() if value > 1.0)
+    by_time_median = statistics.median(by_time.values()) if by_time else float("nan")
     return (f"run time of the `.pte` / the best configuration's `.pte` median "
             f"{statistics.median(best.values()) if best else float('nan'):.2f}x, max "
             f"{best[slowest] if slowest else float('nan'):.2f}x ({slowest}), slower than it: "
-            f"{', '.join(above) or 'none'}; / eager median "
+            f"{', '.join(above) or 'none'} (with prefer=\"time\" where it keeps another "
+            f"folding: median {by_time_median:.2f}x, "
+            f"slower: {', '.join(above_by_time) or 'none'}); / eager median "
             f"{statistics.median(eager.values()):.2f}x, max {max(eager.values()):.2f}x "
             f"({max(eager, key=eager.__getitem__)})")
 
@@ -197,7 +225,7 @@ def table(rows: Sequence[Row]) -> str:
                 common.ratio(row.shipped.arena_bytes + row.shipped.constant_bytes
                        if row.shipped else None,
                        (best_arena or 0) + (chosen.constants or 0) if chosen else None),
-                _equal_cell(row.result), _time_cell(row.times), f"{row.seconds:.1f}"]
+                _equal_cell(row.result), _time_cell(row), f"{row.seconds:.1f}"]
         cells.append(line)
     return common.markdown(header, cells)
 
@@ -252,8 +280,8 @@ def report(rows: Sequence[Row], runs: int) -> str:
         summary(rows),
         "`.pte` arena: the planned bytes of tensorplan's program (ExecuTorch's non-constant "
         "buffers), with its lower bound for the chosen order and links; folding: the one kept "
-        "(\"none\", or ExecuTorch's constant propagation when it gives a smaller arena + "
-        "constants); links: outputs written over a dying argument by a measured kernel / "
+        "by default (the smallest arena, then arena + constants); links: outputs written over "
+        "a dying argument by a measured kernel / "
         "`cat` inputs made in their slices and pad inputs in the tail of the pad's output. "
         "Python plan: `tp.compile`'s arena for the same example; where the `.pte`'s is above "
         "it, the ExecuTorch kernels that hold apart, at the `.pte`'s busiest step, an input "
@@ -264,7 +292,9 @@ def report(rows: Sequence[Row], runs: int) -> str:
         "configuration's does on that model). Equals eager: tensorplan's `.pte` loaded by "
         f"ExecuTorch's runtime, run on the example inputs. Run: median ms over {runs} calls of "
         "`method.execute`, tensorplan's `.pte` and the best configuration's, and of eager "
-        "PyTorch's model, interleaved, one thread.\n\n",
+        "PyTorch's model, interleaved, one thread; where another folding tried gave the same "
+        "arena, the program of `lower(prefer=\"time\")` (the smallest arena, then the fewest "
+        "instructions run at each call) is timed beside them when it keeps another folding.\n\n",
         table(rows)])
 
 

@@ -1,4 +1,4 @@
-"""Int8 programs as ExecuTorch's Cortex-M backend runs them (issue 48, item 1).
+"""Int8 programs as ExecuTorch's Cortex-M backend runs them (issue 48, items 1-3).
 
 A small int8 CNN through ExecuTorch 1.5.1's own Cortex-M flow (``CortexMQuantizer`` PT2E
 quantization, ``to_edge`` with ``cortex_m_edge_compile_config``, ``CortexMPassManager``, as
@@ -25,6 +25,7 @@ from cortex_m import CortexMFlow, executorch_planned_bytes, through_cortex_m  # 
 
 import tensorplan as tp  # noqa: E402
 from tensorplan.errors import CaptureError  # noqa: E402
+from tensorplan.integrations.executorch import emulate_pte, lower, run_pte  # noqa: E402
 
 CL = torch.channels_last
 
@@ -189,6 +190,40 @@ def test_patches_run_the_int8_prefix_patch_by_patch_bitwise_equal(
         assert torch.equal(patched.run(x), program.module()(x))
     assert patched.patching.stopped.startswith(
         "the patches end at node 'cortex_m_quantized_avg_pool2d_default'")
+
+
+def test_the_patched_program_ships_its_plan_and_its_pte_runs_bitwise_equal_emulated(
+        blocks: tuple[CortexMFlow, torch.Tensor]) -> None:
+    """``to_executorch`` of the patched program: ExecuTorch's verifier passes (``lower`` runs
+    it on the program kept), the ``.pte`` holds the Python plan's arena, and run from its
+    bytes with that plan (``emulate_pte``: the Cortex-M kernels' reference implementations)
+    it equals the unpatched edge program bit for bit. ExecuTorch's pip runtime has no
+    Cortex-M kernels and refuses it."""
+    flow, image = blocks
+    patched = tp.compile(flow.manager, patches="auto")
+    shipped = lower(patched)
+    assert shipped.arena_bytes == patched.plan.arena_bytes == 61_440
+    expected = flow.manager.exported_program().module()
+    for x in (image, _image(64)):
+        (emulated,) = emulate_pte(shipped.manager.buffer, [x])
+        assert torch.equal(emulated, expected(x))
+    with pytest.raises(tp.ShipError, match=r"Missing operator: \[\d+\] cortex_m::"):
+        run_pte(shipped.manager.buffer, [image])
+
+
+def test_the_patched_program_without_the_image_ships_without_it(
+        blocks: tuple[CortexMFlow, torch.Tensor]) -> None:
+    """Compiled with the image outside the arena, the ``.pte`` leaves it out too
+    (``alloc_graph_input=False``). Its arena is above the Python plan's: ExecuTorch's kernels
+    copy each patch's region of the image (``slice_copy``) and write each pad whole, where
+    the Python plan reads the region in place."""
+    flow, image = blocks
+    patched = tp.compile(flow.manager, patches="auto", inputs_in_arena=False)
+    shipped = lower(patched)
+    assert (patched.plan.arena_bytes, shipped.arena_bytes) == (38_896, 52_816)
+    assert shipped.arena_bytes < executorch_planned_bytes(flow.manager, inputs_in_arena=False)
+    (emulated,) = emulate_pte(shipped.manager.buffer, [image])
+    assert torch.equal(emulated, flow.manager.exported_program().module()(image))
 
 
 def test_the_image_outside_the_arena_is_counted_as_executorch_counts_it(

@@ -83,7 +83,7 @@ def _check_inputs(meta: Any, method: str, inputs: Sequence[Any]) -> None:
 def _check_input(name: str, value: torch.Tensor, info: Any) -> None:
     """``InputError`` naming ``name`` unless ``value`` fits ``info`` (its ``TensorInfo``)."""
     bound = tuple(info.sizes())
-    dtype = _torch_dtype(info.dtype())
+    dtype = torch_dtype(info.dtype())
     if dtype is not None and value.dtype != dtype:
         raise InputError(f"run_pte: {name} has dtype {value.dtype}, the .pte takes {dtype}; "
                          f"convert it with .to({dtype})")
@@ -98,7 +98,7 @@ def _check_input(name: str, value: torch.Tensor, info: Any) -> None:
                              "larger Dim max and lower it again to run it larger")
 
 
-def _torch_dtype(code: int) -> torch.dtype | None:
+def torch_dtype(code: int) -> torch.dtype | None:
     """The torch dtype of ExecuTorch's ``ScalarType`` number ``code`` (None if it has none)."""
     from executorch.exir.tensor import enum_to_scalar_map
 

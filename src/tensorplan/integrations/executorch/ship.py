@@ -186,7 +186,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     passes_may = PassOptions(reuse=schedule.reuse, reorder=schedule.reorder,
                              algorithm=asked.plan.algorithm, overlap_safe=kernels, banks=setup,
                              executorch_verifier_now=False)
-    base = _base_config(config)
+    base = _base_config(config, inputs_in_arena=asked.plan.inputs_in_arena)
     if not schedule.fold:
         best = _lowered("as configured", edge, base, passes_may, {},
                         base.do_quant_fusion_and_const_prop)
@@ -405,16 +405,27 @@ def _edge_program(program: Any) -> Any:
         return to_edge(exported)
 
 
-def _base_config(config: Any) -> Any:
+def _base_config(config: Any, *, inputs_in_arena: bool = True) -> Any:
+    """``config`` (default: ExecuTorch's default), with the inputs left out of the planned
+    memory (``alloc_graph_input=False`` in its planning passes) when ``inputs_in_arena`` is
+    False, as ``tp.compile(..., inputs_in_arena=False)`` plans them (the given config is not
+    modified)."""
     from executorch.exir import ExecutorchBackendConfig
 
     if config is None:
-        return ExecutorchBackendConfig()
+        config = ExecutorchBackendConfig()
     if not isinstance(config, ExecutorchBackendConfig):
         raise TensorPlanError(
             f"integrations.executorch.to_executorch: config must be an "
             f"ExecutorchBackendConfig, got {type(config).__name__}")
-    return config
+    if inputs_in_arena:
+        return config
+    given = config.memory_planning_pass
+    passes = {name: copy.copy(one) for name, one in given.items()} \
+        if isinstance(given, dict) else copy.copy(given)
+    for one in passes.values() if isinstance(passes, dict) else (passes,):
+        one.alloc_graph_input = False
+    return dataclasses.replace(config, memory_planning_pass=passes)
 
 
 _ALLOCATION_OPTIONS = ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers",

@@ -16,8 +16,11 @@ with the image in a buffer of its own (``compile(inputs_in_arena=False)``, Execu
 image out). Each way: ExecuTorch's own planning of the program (its ``to_executorch``),
 tensorplan's arena with the defaults and with ``patches="auto"`` (the split, the value the
 patches are cut from, the grid and multiply-adds), and whether every program's outputs equal
-the edge program's own module bit for bit. ExecuTorch's pip runtime has no ``cortex_m``
-kernels, so nothing is run in it.
+the edge program's own module bit for bit. The patched program is also shipped
+(``integrations.executorch.lower``: ExecuTorch's verifier, the ``.pte``'s arena beside the
+Python plan's) and its ``.pte`` run from its bytes with its plan (``emulate_pte``: the kernels'
+reference implementations), since ExecuTorch's pip runtime has no ``cortex_m`` kernels and
+runs none of these programs.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from common import quiet
 from cortex_m import executorch_planned_bytes, through_cortex_m
 
 import tensorplan as tp
+from tensorplan.integrations.executorch import Shipped, emulate_pte, lower
 from tensorplan.zoo.vision import import_torchvision
 
 TARGET_PATCHED = 0.5  # patched arena / ExecuTorch's planning
@@ -109,6 +113,7 @@ class Counted:
     off: tp.Program
     on: tp.Program         # patches="auto"
     seconds: tuple[float, float]  # compile: defaults, patches="auto"
+    shipped: Shipped       # ``on`` lowered to a .pte (its manager kept for the emulation)
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,7 @@ class Row:
     outside: Counted       # the image in a buffer of its own
     input_bytes: int
     equal: bool            # every program bitwise equal to the edge program's module
+    pte_equal: bool        # every patched .pte, emulated, bitwise equal to it as well
 
 
 def _counted(manager: object, inputs_in_arena: bool) -> Counted:
@@ -127,8 +133,9 @@ def _counted(manager: object, inputs_in_arena: bool) -> Counted:
     off = tp.compile(manager, inputs_in_arena=inputs_in_arena)
     middle = time.perf_counter()
     on = tp.compile(manager, patches="auto", inputs_in_arena=inputs_in_arena)
-    return Counted(executorch_planned_bytes(manager, inputs_in_arena), off, on,
-                   (middle - start, time.perf_counter() - middle))
+    seconds = (middle - start, time.perf_counter() - middle)
+    return Counted(executorch_planned_bytes(manager, inputs_in_arena), off, on, seconds,
+                   lower(on))
 
 
 def measure(name: str) -> Row:
@@ -142,25 +149,31 @@ def measure(name: str) -> Row:
     run = module.module()
     equal = all(torch.equal(program.run(x), run(x)) for x in (image(), image())
                 for counted in (inside, outside) for program in (counted.off, counted.on))
-    return Row(name, inside, outside, image().numel() * 4, equal)
+    x = image()
+    pte_equal = all(torch.equal(emulate_pte(counted.shipped.manager.buffer, [x])[0], run(x))
+                    for counted in (inside, outside))
+    return Row(name, inside, outside, image().numel() * 4, equal, pte_equal)
 
 
 def table(rows: Sequence[Row]) -> str:
     """The markdown table of the rows, one line per model and way of counting."""
     header = ["model", "image", "ExecuTorch's planning (B)", "tensorplan (B)",
               "patches auto (B)", "/ ExecuTorch", "split, cut from, grid", "multiply-adds",
-              "bitwise equal", "compile s off → auto"]
+              "bitwise equal", "patched .pte (B)", ".pte emulated bitwise equal",
+              "compile s off → auto"]
     body = []
     for row in rows:
         for way, counted in (("in the arena", row.inside),
                              (f"outside ({row.input_bytes} B)", row.outside)):
-            chosen = counted.on.patching.chosen
+            chosen, pte = counted.on.patching.chosen, counted.shipped.arena_bytes
             where = f"{chosen.split}, {chosen.source}" if chosen.split else "(as exported)"
             body.append([row.model, way, str(counted.executorch),
                          str(counted.off.plan.arena_bytes), str(counted.on.plan.arena_bytes),
                          common.ratio(counted.on.plan.arena_bytes, counted.executorch),
                          f"{where}, {chosen.grid[0]}x{chosen.grid[1]}",
                          f"{chosen.overhead:.2f}x", "yes" if row.equal else "NO",
+                         f"{pte} ({common.ratio(pte, counted.on.plan.arena_bytes)} of the "
+                         "Python plan)", "yes" if row.pte_equal else "NO",
                          f"{counted.seconds[0]:.1f} → {counted.seconds[1]:.1f}"])
     return common.markdown(header, body)
 
@@ -193,7 +206,18 @@ def summary(rows: Sequence[Row]) -> str:
             f"({min(outside):.2f}-{max(outside):.2f}x; above the target: {above(outside)}); "
             f"unpatched, above ExecuTorch's planning: {', '.join(heavier) or 'none'}{mcunet}; "
             f"every program bitwise equal to the edge program: "
-            f"{'yes' if all(row.equal for row in rows) else 'NO'}.\n")
+            f"{'yes' if all(row.equal for row in rows) else 'NO'}; the patched `.pte`s "
+            f"{_shipped(rows)}, every one emulated bitwise equal: "
+            f"{'yes' if all(row.pte_equal for row in rows) else 'NO'}.\n")
+
+
+def _shipped(rows: Sequence[Row]) -> str:
+    """The patched .pte's arena against the Python plan's, both ways of counting."""
+    ratios = {way: [getattr(row, way).shipped.arena_bytes / getattr(row, way).on.plan.arena_bytes
+                    for row in rows] for way in ("inside", "outside")}
+    return (f"at {min(ratios['inside']):.2f}-{max(ratios['inside']):.2f}x the Python plan with "
+            f"the image in the arena, {min(ratios['outside']):.2f}-"
+            f"{max(ratios['outside']):.2f}x with it outside")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -132,6 +132,21 @@ def test_auto_lowers_the_arena_within_the_budget() -> None:
     assert (note.label, note.summary) == ("patched", f"patched {rows}x{cols} up to {chosen.split}")
 
 
+def test_the_candidates_closest_by_greedy_are_ranked_by_the_compiles_planner() -> None:
+    """Greedy's arena ranks the candidates; those within ESTIMATE_MARGIN of the least are
+    planned again as the compile plans, and that ranks them (here it reverses greedy's)."""
+    base = patches.Candidate("", (1, 1), 1000, 1.0)
+    near = patches.Candidate("a", (2, 2), 600, 1.1)
+    nearer = patches.Candidate("b", (2, 2), 620, 1.2)
+    far = patches.Candidate("c", (4, 4), 700, 1.3)  # 700 > 600 * 1.15: not planned again
+    programs = {c: c.split for c in (base, near, nearer, far)}
+    planned = {"a": 590, "b": 540}
+    again = patches._planned_again([base, near, nearer, far], programs, planned.__getitem__)
+    assert [c.planned_bytes for c in again] == [None, 590, 540, None]
+    assert min(again, key=patches._rank).split == "b"
+    assert all(programs[c] == c.split for c in again)  # the new candidates find their programs
+
+
 def test_a_grid_over_the_budget_is_not_tried() -> None:
     model, x = _stack(False, (96, 96))
     program = tp.compile(model, (x,), patches=(12, 12), max_overhead=1.01)

@@ -259,7 +259,7 @@ def _compiled(program: ExportedProgram, options: CompileOptions) -> Program:
     if rewrite.patches is not None:
         with stage("patches", program):
             program, patching = choose_patches(program, rewrite.patches, rewrite.max_overhead,
-                                               candidates.arena_of)
+                                               candidates.arena_of, candidates.planned_arena_of)
         if chunking is not None and chunking.chosen.chunks == 1 and patching.chosen.split:
             program, chunking = chunked(program)  # the patches may have left the layers' peak
     ready = candidates.prepare(program)
@@ -270,7 +270,8 @@ def _compiled(program: ExportedProgram, options: CompileOptions) -> Program:
         request = bank_request(program, specs, chosen, step_names, asked_banks,
                                plan_options.time_limit)
     with stage("plan", program):
-        plan = _planned(lives, chosen, plan_options, request)
+        plan = _planned(lives, chosen, plan_options, request) if request is not None \
+            else candidates.planned(program)
     with stage("symbolic plan", program):
         plan = with_symbolic(plan, program, specs, chosen.alias, roles)
     with stage("plan", program):  # with the symbolic plan: the largest sizes that fit
@@ -296,13 +297,15 @@ class _Prepared:
 
 class Candidates:
     """The programs a compile plans from (as exported, patched, chunked), each prepared once:
-    its roles, specs, schedule and lifetimes (``prepare``), and its greedy arena (``arena_of``,
-    what the rewrites choose by: the inputs counted in it or not, as the compile's plan)."""
+    its roles, specs, schedule and lifetimes (``prepare``), its greedy arena (``arena_of``,
+    what the rewrites choose by: the inputs counted in it or not, as the compile's plan), and
+    its plan by the compile's own options (``planned``, that patches rank the closest by)."""
 
     def __init__(self, options: CompileOptions) -> None:
         self.alignment, self.switches = options.plan.alignment, options.schedule
-        self.inputs_in_arena = options.plan.inputs_in_arena
+        self.inputs_in_arena, self.plan_options = options.plan.inputs_in_arena, options.plan
         self._prepared: dict[int, tuple[ExportedProgram, _Prepared]] = {}  # id -> (it, its)
+        self._planned: dict[int, MemoryPlan] = {}  # id -> its plan by the compile's options
 
     def prepare(self, candidate: ExportedProgram) -> _Prepared:
         """The candidate's roles, specs, schedule and lifetimes (made on first use)."""
@@ -317,6 +320,18 @@ class Candidates:
         return _planned(ready.lives, ready.chosen,
                         PlanOptions(algorithm="greedy", alignment=self.alignment,
                                     inputs_in_arena=self.inputs_in_arena)).arena_bytes
+
+    def planned(self, candidate: ExportedProgram) -> MemoryPlan:
+        """The candidate's plan by the compile's plan options, without banks (made on first
+        use: the one a rewrite ranked candidates by is the one the compile keeps)."""
+        if id(candidate) not in self._planned:
+            ready = self.prepare(candidate)
+            self._planned[id(candidate)] = _planned(ready.lives, ready.chosen, self.plan_options)
+        return self._planned[id(candidate)]
+
+    def planned_arena_of(self, candidate: ExportedProgram) -> int:
+        """The arena the compile's planner gives the candidate (``planned``)."""
+        return self.planned(candidate).arena_bytes
 
 
 def untried_rewrites(program: ExportedProgram, candidates: Candidates,

@@ -38,9 +38,8 @@ padding.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 import torch.fx
@@ -115,6 +114,8 @@ class Candidate:
     arena_bytes: int  # the planned arena of the patched program (tensorplan's greedy)
     overhead: float  # convolution multiply-adds over the original's
     source: str = ""  # the value the patches are cut from: the image, or its int8 copy
+    planned_bytes: int | None = None  # its arena by the compile's own planner, for those
+    #                                   within ESTIMATE_MARGIN of the least greedy arena
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,9 @@ class Patching:
 
 AUTO_GRIDS: tuple[Grid, ...] = ((2, 2), (3, 3), (4, 4))  # the grids "auto" tries
 SPLITS_PER_GRID = 2  # deepest splits within the budget planned per grid
+ESTIMATE_MARGIN = 0.15  # greedy's arena can be this far above the compile's planner's (ResNet8
+#                         int8, 2x2 from the int8 image: 30,688 B greedy, 27,936 B "auto"), so
+#                         candidates this close to the least are planned again to be ranked
 
 
 def _deepest_per_resolution(found: Sequence[Split], nodes: Mapping[str, torch.fx.Node]
@@ -159,11 +163,15 @@ def _dynamic_dims(program: ExportedProgram) -> list[str]:
 
 
 def choose(program: ExportedProgram, patches: str | Grid, max_overhead: float,
-           arena_of: Any) -> tuple[ExportedProgram, Patching]:
+           arena_of: Callable[[ExportedProgram], int],
+           planned_of: Callable[[ExportedProgram], int] | None = None
+           ) -> tuple[ExportedProgram, Patching]:
     """The program to compile and what was tried: each grid (``AUTO_GRIDS`` for ``"auto"``)
     at the ``SPLITS_PER_GRID`` deepest splits (one per resolution) whose multiply-adds stay
     within ``max_overhead``; the smallest planned arena is kept (the program as exported unless
-    a patching is strictly smaller). ``arena_of`` plans a program and returns its arena bytes.
+    a patching is strictly smaller). ``arena_of`` plans a program fast (greedy) and returns its
+    arena bytes; ``planned_of``, when given, plans as the compile will, and ranks again the
+    candidates within ``ESTIMATE_MARGIN`` of the least fast arena (``Candidate.planned_bytes``).
     A program with dynamic dims is kept as it is, with the reason in ``Patching.declined``.
     """
     if patches != "auto" and not (isinstance(patches, tuple) and len(patches) == 2
@@ -196,7 +204,34 @@ def choose(program: ExportedProgram, patches: str | Grid, max_overhead: float,
                 candidate = Candidate(split.node, grid, arena_of(patched), cost, split.source)
                 tried.append(candidate)
                 programs[candidate] = patched
-    best = min(tried, key=lambda c: (c.arena_bytes, c.overhead))
-    if best.arena_bytes >= base.arena_bytes:
-        best = base
+    if planned_of is not None:
+        tried = _planned_again(tried, programs, planned_of)
+    best = min(tried, key=_rank)
+    if _rank(best)[0] >= _rank(tried[0])[0]:  # the program as exported, planned again or not
+        best = tried[0]
     return programs[best], Patching(best, tuple(tried), max_overhead, stopped=stopped(program))
+
+
+def _planned_again(tried: list[Candidate], programs: dict[Candidate, ExportedProgram],
+                   planned_of: Callable[[ExportedProgram], int]) -> list[Candidate]:
+    """``tried`` with ``planned_bytes`` set on those within ``ESTIMATE_MARGIN`` of the least
+    greedy arena (the program as exported among them when it is), and ``programs`` keyed by
+    the new candidates too."""
+    least = min(c.arena_bytes for c in tried)
+    again = []
+    for candidate in tried:
+        if candidate.arena_bytes <= least * (1 + ESTIMATE_MARGIN):
+            planned = replace(candidate, planned_bytes=planned_of(programs[candidate]))
+            programs[planned] = programs[candidate]
+            candidate = planned
+        again.append(candidate)
+    return again
+
+
+def _rank(candidate: Candidate) -> tuple[int, int, float]:
+    """What the choice minimises: the compile's planner's arena where it was planned so, else
+    greedy's (the compile's planner starts from greedy's plan, so one not planned again is
+    above every one that was), then greedy's, then the overhead."""
+    planned = candidate.planned_bytes
+    return (planned if planned is not None else candidate.arena_bytes, candidate.arena_bytes,
+            candidate.overhead)

@@ -147,11 +147,15 @@ def test_the_candidates_closest_by_greedy_are_ranked_by_the_compiles_planner() -
     assert all(programs[c] == c.split for c in again)  # the new candidates find their programs
 
 
-def test_a_grid_over_the_budget_is_not_tried() -> None:
+def test_a_split_over_the_budget_is_not_tried() -> None:
+    """At 12x12 only the first layer's split stays within 1.01x the multiply-adds; it frees
+    nothing, so the program is kept as exported."""
     model, x = _stack(False, (96, 96))
     program = tp.compile(model, (x,), patches=(12, 12), max_overhead=1.01)
-    assert program.patching.candidates == (program.patching.chosen,)
-    assert program.patching.chosen.split == ""
+    base, *tried = program.patching.candidates
+    assert [(c.split, c.overhead) for c in tried] == [("hardtanh", 1.0)]
+    assert program.patching.chosen == base and base.split == ""
+    assert tried[0].planned_bytes == base.planned_bytes == program.plan.arena_bytes
 
 
 @pytest.mark.parametrize("bad", [(0, 2), (2,), "some", (2.0, 2)])

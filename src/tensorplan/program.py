@@ -311,7 +311,8 @@ class Candidates:
         """The candidate's roles, specs, schedule and lifetimes (made on first use)."""
         if id(candidate) not in self._prepared:
             self._prepared[id(candidate)] = (
-                candidate, _prepare(candidate, self.alignment, self.switches))
+                candidate, _prepare(candidate, self.alignment, self.switches,
+                                    self.inputs_in_arena))
         return self._prepared[id(candidate)][1]
 
     def arena_of(self, candidate: ExportedProgram) -> int:
@@ -363,15 +364,17 @@ def _tried(name: str, program: ExportedProgram, choose: Callable[[], Any]) -> An
         return None
 
 
-def _prepare(program: ExportedProgram, alignment: int, switches: ScheduleOptions) -> _Prepared:
-    """Roles, specs (checked against ``alignment``), the schedule and its lifetimes."""
+def _prepare(program: ExportedProgram, alignment: int, switches: ScheduleOptions,
+             inputs_in_arena: bool) -> _Prepared:
+    """Roles, specs (checked against ``alignment``), the schedule (its arena counted with the
+    user inputs in it or not, as the plan counts it) and its lifetimes."""
     with stage("roles", program):
         roles = read_roles(program)
     with stage("propagate", program):
         specs = propagate(program, roles)
     _check_alignment(alignment, specs)
     with stage("schedule", program):
-        chosen = schedule(program, specs, roles, switches, alignment)
+        chosen = schedule(program, specs, roles, switches, alignment, inputs_in_arena)
     with stage("liveness", program):
         lives = lifetimes(program, chosen.alias, chosen.order)
     return _Prepared(roles, specs, chosen, lives)

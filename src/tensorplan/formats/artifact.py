@@ -154,20 +154,22 @@ def read_artifact(path: str | os.PathLike[str]) -> ArtifactParts:
     exported = load_exported(contents.program, f"{where}: {PROGRAM_MEMBER}")
     roles = read_roles(exported)
     specs = propagate(exported, roles)
-    chosen = _replay(decode_schedule(document), exported, specs, roles, document.where)
+    options = decode_options(contents.plan[OPTIONS_KEY], f"{where}: {PLAN_MEMBER}") \
+        if OPTIONS_KEY in contents.plan else CompileOptions()
+    chosen = _replay(decode_schedule(document), exported, specs, roles, document.where,
+                     options.plan.inputs_in_arena)
     specs = planned_specs(specs, chosen.alias)
     check_values(document, specs)
     _check_fit(plan, exported, chosen, document.where)
-    options = decode_options(contents.plan[OPTIONS_KEY], f"{where}: {PLAN_MEMBER}") \
-        if OPTIONS_KEY in contents.plan else CompileOptions()
     return ArtifactParts(exported_program=exported, specs=specs, plan=plan, roles=roles,
                          schedule=chosen, options=options)
 
 
 def _replay(saved: Decided, exported: ExportedProgram, specs: SpecTable, roles: Roles,
-            where: str) -> Schedule:
-    """The saved schedule made again on the embedded program. Nodes the deserialiser added
-    (``getitem`` of unused outputs) run right after the node they read."""
+            where: str, inputs_in_arena: bool) -> Schedule:
+    """The saved schedule made again on the embedded program (its inputs counted in the arena
+    as it was compiled). Nodes the deserialiser added (``getitem`` of unused outputs) run
+    right after the node they read."""
     names = [node.name for node in exported.graph.nodes]
     order = list(saved.order) if saved.order is not None else names
     unknown = set(order) - set(names)
@@ -178,7 +180,8 @@ def _replay(saved: Decided, exported: ExportedProgram, specs: SpecTable, roles: 
         if node.name not in order:
             after = max(order.index(n.name) for n in node.all_input_nodes)
             order.insert(after + 1, node.name)
-    return replay(exported, specs, roles, replace(saved, order=tuple(order)))
+    return replay(exported, specs, roles, replace(saved, order=tuple(order)),
+                  inputs_in_arena=inputs_in_arena)
 
 
 def read_plan(path: str | os.PathLike[str]) -> Fields:

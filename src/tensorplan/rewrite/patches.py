@@ -187,19 +187,20 @@ def choose(program: ExportedProgram, patches: str | Grid, max_overhead: float,
             f"not patched: patches are cut at static sizes, and the program has dynamic dims "
             f"({', '.join(dynamic)}); export it at fixed sizes to patch it"))
     tried, programs = [base], {base: program}
-    families = [_deepest_per_resolution(splits(program), nodes)]
+    families = [splits(program)]
     if any(quantizes(node) for node in program.graph.nodes):  # the quantize per patch too
-        families.append(_deepest_per_resolution(splits(program, whole_quantize=False), nodes))
+        families.append(splits(program, whole_quantize=False))
     for grid in grids:
         for found in families:
-            within = []
+            costs = {}
             for split in found:
                 rows, cols = spatial_extent(nodes[split.node])
                 if grid != (1, 1) and grid[0] <= rows and grid[1] <= cols:
-                    cost = overhead(program, split, grid)
-                    if cost <= max_overhead:
-                        within.append((split, cost))
-            for split, cost in within[-SPLITS_PER_GRID:]:
+                    costs[split.node] = overhead(program, split, grid)
+            kept = _deepest_per_resolution(
+                [s for s in found if costs.get(s.node, math.inf) <= max_overhead], nodes)
+            for split in kept[-SPLITS_PER_GRID:]:
+                cost = costs[split.node]
                 patched = patch_program(program, split, grid)
                 candidate = Candidate(split.node, grid, arena_of(patched), cost, split.source)
                 tried.append(candidate)

@@ -85,7 +85,8 @@ def _graphs(program: ExportedProgram, order: Sequence[str]) -> list[_Graph]:
 
 
 class _Load:
-    """The bytes of one graph's own storages live at each step, kept up to date as storages
+    """The bytes of one graph's own storages live at each step (the user inputs' only when they
+    are in the arena, ``compile(inputs_in_arena=)``), kept up to date as storages
     merge: a merged storage is live over the hull of its parts' lifetimes (each part is an
     activation: live from its first definition to its last read) at the largest part's size,
     as ``MergedStorages`` and ``liveness.py`` make it. The graph's bound after a merge is then
@@ -93,9 +94,10 @@ class _Load:
     ``cat``s)."""
 
     def __init__(self, program: ExportedProgram, alias: AliasTable, order: Sequence[str],
-                 graph: str) -> None:
+                 graph: str, inputs_in_arena: bool) -> None:
         own = lifetimes(program, alias, order)[graph]
-        self.span = {lt.storage: (lt.start, lt.end) for lt in own.lifetimes}
+        self.span = {lt.storage: (lt.start, lt.end) for lt in own.lifetimes
+                     if inputs_in_arena or alias.storages[lt.storage].kind != "input"}
         self.nbytes = {sid: alias.storages[sid].nbytes for sid in self.span}
         delta = [0] * (own.steps + 1)
         for sid, (start, end) in self.span.items():
@@ -261,11 +263,12 @@ def _place(table: AliasTable, cat: torch.fx.Node, step: int, specs: SpecTable,
 
 
 def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTable,
-                    order: Sequence[str]) -> AliasTable:
+                    order: Sequence[str], *, inputs_in_arena: bool = True) -> AliasTable:
     """The alias table with the inputs of every ``cat`` (and ``constant_pad_nd``) that can be
     made in place moved into slices of its output's storage, walking the top-level graph in
     ``order`` and each control-flow subgraph in its graph order; a ``cat`` is kept as it is
-    when placing its inputs would raise the bound of its graph.
+    when placing its inputs would raise the bound of its graph (the user inputs counted in it
+    only with ``inputs_in_arena``, as the plan counts them).
 
     Pure: the program and the given table are not modified.
     """
@@ -279,7 +282,7 @@ def concat_in_place(program: ExportedProgram, specs: SpecTable, alias: AliasTabl
             found = _place(table, node, step, specs, graph, last)
             if not found or not found.slices:
                 continue
-            load = load or _Load(program, table, order, graph.prefix)
+            load = load or _Load(program, table, order, graph.prefix, inputs_in_arena)
             placed = load.merged(found.into, found.merged)
             if placed.bound() <= load.bound():
                 table, load = found.table, placed

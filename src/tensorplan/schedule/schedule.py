@@ -65,13 +65,9 @@ class Schedule:
     baseline_constant_bytes: int = 0  # bytes of the program's constants before folding
 
 
-def _greedy(alignment: int) -> PlanOptions:
-    return PlanOptions(algorithm="greedy", alignment=alignment)
-
-
 def _plan(program: ExportedProgram, alias: AliasTable, order: Order | None,
-          alignment: int) -> MemoryPlan:
-    return draft_plan(lifetimes(program, alias, order), alias, _greedy(alignment))
+          draft: PlanOptions) -> MemoryPlan:
+    return draft_plan(lifetimes(program, alias, order), alias, draft)
 
 
 Choice = tuple[Folded, AliasTable, int]  # what is folded, its alias table, constant bytes read
@@ -87,8 +83,8 @@ class _Trials:
     the folding trials and the order trials meet on the exported order of the folding kept."""
 
     def __init__(self, program: ExportedProgram, specs: SpecTable, reuse: bool,
-                 alignment: int) -> None:
-        self.program, self.specs, self.reuse, self.alignment = program, specs, reuse, alignment
+                 draft: PlanOptions) -> None:
+        self.program, self.specs, self.reuse, self.draft = program, specs, reuse, draft
         self._made: dict[tuple[int, tuple[str, ...]],
                          tuple[AliasTable, tuple[AliasTable, tuple[Reuse, ...]], MemoryPlan]] = {}
 
@@ -97,8 +93,9 @@ class _Trials:
         """``_reuse`` of ``alias`` along ``order``, and the greedy plan of what it gives."""
         key = (id(alias), tuple(order))
         if key not in self._made or self._made[key][0] is not alias:  # an id used again
-            table, reuses = _reuse(self.program, self.specs, alias, order, self.reuse)
-            plan = _plan(self.program, table, order, self.alignment)
+            table, reuses = _reuse(self.program, self.specs, alias, order, self.reuse,
+                                   self.draft.inputs_in_arena)
+            plan = _plan(self.program, table, order, self.draft)
             self._made[key] = (alias, (table, reuses), plan)
         _, (table, reuses), plan = self._made[key]
         return table, reuses, plan
@@ -160,13 +157,14 @@ def _nbytes(value: object) -> int:
 
 
 def _reuse(program: ExportedProgram, specs: SpecTable, alias: AliasTable, order: Order,
-           reuse: bool) -> tuple[AliasTable, tuple[Reuse, ...]]:
-    """In-place reuse, then concatenation in place, along ``order`` (both off without
-    ``reuse``)."""
+           reuse: bool, inputs_in_arena: bool) -> tuple[AliasTable, tuple[Reuse, ...]]:
+    """In-place reuse, then concatenation in place (judged with the user inputs counted as
+    the plan counts them), along ``order`` (both off without ``reuse``)."""
     if not reuse:
         return alias, ()
     reused, reuses = reuse_storages(program, specs, alias, order)
-    return concat_in_place(program, specs, reused, order), reuses
+    return concat_in_place(program, specs, reused, order,
+                           inputs_in_arena=inputs_in_arena), reuses
 
 
 @dataclass(frozen=True)
@@ -181,30 +179,34 @@ class Decided:
 
 
 def replay(program: ExportedProgram, specs: SpecTable, roles: Roles,
-           decided: Decided) -> Schedule:
+           decided: Decided, *, inputs_in_arena: bool = True) -> Schedule:
     """A schedule decided before (a saved program), made again: fold when ``decided.fold``
-    (all but its ``unfolded``), then reuse along its order when ``decided.reuse``.
+    (all but its ``unfolded``), then reuse along its order when ``decided.reuse`` (with the
+    user inputs counted as the program was compiled: ``inputs_in_arena``).
     Deterministic; plans nothing (the baseline and constant figures are left at 0)."""
     folded = fold_constants(program, specs, roles, decided.unfolded) if decided.fold \
         else NOTHING_FOLDED
     alias = analyze(program, specs, roles, folded.computed)
     order = decided.order if decided.order is not None else exported_order(program.graph)
-    reused, reuses = _reuse(program, specs, alias, order, decided.reuse)
+    reused, reuses = _reuse(program, specs, alias, order, decided.reuse, inputs_in_arena)
     return Schedule(reused, order, decided.order_name, decided.reuse, reuses, folded)
 
 
 def schedule(program: ExportedProgram, specs: SpecTable, roles: Roles,
-             options: ScheduleOptions = ScheduleOptions(), alignment: int = 16) -> Schedule:
+             options: ScheduleOptions = ScheduleOptions(), alignment: int = 16,
+             inputs_in_arena: bool = True) -> Schedule:
     """Fold, order and reuse ``program`` so that its planned arena is as small as this stage
     can make it; never larger than the exported order's greedy plan, and folding only where
-    it does not grow constants + arena in total.
+    it does not grow constants + arena in total. The arena is counted as the plan will count
+    it: with the user inputs in it or not (``inputs_in_arena``).
 
     Pure: reads the program, its specs and roles; returns new tables.
     """
-    trials = _Trials(program, specs, options.reuse, alignment)
+    draft = PlanOptions(algorithm="greedy", alignment=alignment, inputs_in_arena=inputs_in_arena)
+    trials = _Trials(program, specs, options.reuse, draft)
     choices = _folding(program, specs, roles, options.fold, trials)
     baseline = choices[0][1]
-    baseline_bound = _plan(program, baseline, None, alignment).lower_bound_bytes
+    baseline_bound = _plan(program, baseline, None, draft).lower_bound_bytes
     exported = {"exported": exported_order(program.graph)}
     best = None
     for folded, alias, constants in choices:

@@ -21,12 +21,13 @@ and the schedule check above covers the steps they shift.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -81,10 +82,13 @@ def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgr
     ``read_artifact`` reads them back. Raises ``FormatError`` when torch.export cannot
     serialise the program.
     """
-    _check_operators(exported_program)
     exported = io.BytesIO()
     try:
-        save_exported(exported_program, exported, specs.dim_names)
+        with _saveable(exported_program):
+            _check_operators(exported_program)
+            save_exported(exported_program, exported, specs.dim_names)
+    except FormatError:
+        raise
     except Exception as error:  # torch.export's serializer: NotImplementedError, ValueError, ...
         message = str(error).splitlines()[0] if str(error) else ""
         hint = ("an input or output container type (e.g. torch.return_types.topk) has no "
@@ -108,11 +112,48 @@ def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgr
 _SAVED_MODULES = ("_operator", "operator", "math", "builtins")  # what torch.export saves by name
 
 
+@contextlib.contextmanager
+def _saveable(exported_program: ExportedProgram) -> Iterator[None]:
+    """Within: the program as torch.export can save and load it. An ExecuTorch edge-dialect
+    operator (its Cortex-M kernels) calls the operator it wraps, which loads by its name
+    where it is registered; an ``exir.memory.alloc`` node (a kernel's scratch buffer that
+    ExecuTorch's passes add: a Python function) calls ``aten.empty.memory_format`` of the same
+    shape and dtype, under the same name: an uninitialized buffer either way, planned the
+    same. The program is given back as it was on the way out."""
+    changed = []
+    for node in exported_program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        wrapped = getattr(node.target, "_op", None)
+        if _is_allocation(node.target):
+            (shape, dtype), = node.args
+            changed.append((node, node.target, node.args, node.kwargs))
+            node.target, node.args, node.kwargs = EMPTY, (list(shape),), {"dtype": dtype}
+        elif isinstance(wrapped, torch._ops.OpOverload) \
+                and not isinstance(node.target, torch._ops.OpOverload):
+            changed.append((node, node.target, node.args, node.kwargs))
+            node.target = wrapped
+    try:
+        yield
+    finally:
+        for node, target, args, kwargs in changed:
+            node.target, node.args, node.kwargs = target, args, kwargs
+
+
+EMPTY = torch.ops.aten.empty.memory_format
+
+
+def _is_allocation(target: object) -> bool:
+    """ExecuTorch's ``exir.memory.alloc`` (read by its module and name: executorch is not a
+    dependency of the core)."""
+    return getattr(target, "__module__", "") == "executorch.exir.memory" \
+        and getattr(target, "__name__", "") == "alloc"
+
+
 def _check_operators(exported_program: ExportedProgram) -> None:
     """Raise ``FormatError`` naming the first node that calls a Python function, not an
-    operator: torch.export's serializer saves operators (an edge-dialect one by the operator
-    it wraps) and ``operator``/``math`` builtins only, and a program after ExecuTorch's memory
-    passes calls ``exir.memory.alloc``."""
+    operator: torch.export's serializer saves operators and ``operator``/``math`` builtins
+    only (``_saveable`` has made ExecuTorch's edge operators and allocations such)."""
     operators = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
     for node in exported_program.graph.nodes:
         target = node.target

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import warnings
 import zipfile
@@ -46,15 +47,44 @@ def load_exported(data: bytes, where: str) -> ExportedProgram:
     register_named_types(data, where)
     extra = {RECORD_MEMBER: ""}
     try:
-        with treespec_deprecation_silenced():
+        with treespec_deprecation_silenced(), _deserializer_failures() as failures:
             program = torch.export.load(io.BytesIO(data), extra_files=extra)
     except Exception as error:  # torch raises many types on a damaged archive
-        raise FormatError(f"{where}: not a loadable torch.export program "
-                          f"({type(error).__name__}: {error})") from error
+        said = "; ".join(failures) or f"{type(error).__name__}: {error}"
+        raise FormatError(f"{where}: not a loadable torch.export program ({said})") from error
     if extra[RECORD_MEMBER]:
         record_dim_names(program, _recorded_names(extra[RECORD_MEMBER], where))
     _as_traced(program)
     return program
+
+
+class _Failures(logging.Handler):
+    """The exceptions ``torch.export.load`` logs (and swallows) while deserializing."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.found: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            while error.__cause__ is not None:
+                error = error.__cause__
+            self.found.append(str(error).partition(" Unsupported target")[0])
+
+
+@contextlib.contextmanager
+def _deserializer_failures() -> Iterator[list[str]]:
+    """Within: what ``torch.export.load``'s deserializer logs as its failure (an operator it
+    cannot resolve: a custom op not registered here) is kept in the yielded list, not
+    printed, so the error can say it."""
+    logger = logging.getLogger("torch.export")
+    handler, kept, propagate = _Failures(), logger.handlers, logger.propagate
+    logger.handlers, logger.propagate = [handler], False
+    try:
+        yield handler.found
+    finally:
+        logger.handlers, logger.propagate = kept, propagate
 
 
 def _as_traced(program: ExportedProgram) -> None:

@@ -120,7 +120,9 @@ def generated_out_variants() -> frozenset[str]:
 
 @functools.cache
 def out_variant(op: torch._ops.OpOverload) -> OutVariant | None:
-    """The out-variant of ``op``, or None when ATen has none.
+    """The out-variant of ``op``, or None when ATen has none, or none with a kernel here (an
+    ExecuTorch Cortex-M kernel's ``.out`` is a schema only: its kernel is in the device's
+    runtime, and the functional op's reference implementation runs instead).
 
     >>> out_variant(torch.ops.aten.le.Scalar).op
     <OpOverload(op='aten.le', overload='Scalar_out')>
@@ -132,8 +134,20 @@ def out_variant(op: torch._ops.OpOverload) -> OutVariant | None:
     packet = op.overloadpacket
     for name in packet.overloads():
         found = _matches(op, getattr(packet, name))
-        if found is not None:
+        if found is not None and _has_cpu_kernel(found.op):
             return found
     return None
+
+
+_CPU_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeImplicitAutograd")
+
+
+def _has_cpu_kernel(op: torch._ops.OpOverload) -> bool:
+    """A kernel is registered for ``op`` that runs on this CPU.
+
+    >>> _has_cpu_kernel(torch.ops.aten.add.out)
+    True
+    """
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in _CPU_KEYS)
 
 

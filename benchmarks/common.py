@@ -46,12 +46,15 @@ def _transformer(builder: str, *args: int) -> Callable[[], Example]:
 # Configs the zoo does not hold, seeded and built by the benches that plan whole models: the
 # zoo's transformer families at other widths, depths and lengths, and CNN families it lacks
 # (MobileNetV3, EfficientNet, MnasNet) at resolutions it does not use.
-FRESH: dict[str, Callable[[], Example]] = {
-    "fresh_bert_3x256_128": _transformer("_bert", 3, 256, 8, 128),
-    "fresh_gpt2_384_6h_192": _transformer("_gpt2", 384, 6, 192),
+FRESH_CNNS: dict[str, Callable[[], Example]] = {
     "fresh_mobilenet_v3_small_192": lambda: _torchvision_cnn("mobilenet_v3_small", 192),
     "fresh_efficientnet_b0_160": lambda: _torchvision_cnn("efficientnet_b0", 160),
     "fresh_mnasnet0_5_176": lambda: _torchvision_cnn("mnasnet0_5", 176),
+}
+FRESH: dict[str, Callable[[], Example]] = {
+    "fresh_bert_3x256_128": _transformer("_bert", 3, 256, 8, 128),
+    "fresh_gpt2_384_6h_192": _transformer("_gpt2", 384, 6, 192),
+    **FRESH_CNNS,
 }
 
 

@@ -317,3 +317,21 @@ def test_patches_on_a_dynamic_transformer_keep_its_dim():
     prog = tp.compile(gpt.model, gpt.args, dynamic_shapes=gpt.dynamic_shapes, patches="auto")
     assert "(seq)" in prog.patching.declined
     assert prog.plan.arena_bytes_at(seq=16) == 28_736  # as without patches (test_symbolic)
+
+
+def test_with_the_optimal_planner_the_candidates_are_ranked_by_auto(monkeypatch) -> None:
+    """Ranking a candidate plans it with "auto" when the compile plans optimally (a second or
+    so each, not the optimal search's 30 s); the kept program alone gets the optimal plan."""
+    from tensorplan.options import CompileOptions
+    from tensorplan.plan.planners import dispatch
+    from tensorplan.program import Candidates
+
+    model, x = _stack(False, (96, 96))
+    program = tp.capture(model, (x,))
+    by_auto = Candidates(CompileOptions.of()).planned_arena_of(program)
+
+    def refused(*args: object) -> None:
+        raise AssertionError("the optimal search ran for a candidate")
+
+    monkeypatch.setitem(dispatch.PLANNERS, "optimal", refused)
+    assert Candidates(CompileOptions.of(algorithm="optimal")).planned_arena_of(program) == by_auto

@@ -331,8 +331,14 @@ class Candidates:
         return self._planned[id(candidate)]
 
     def planned_arena_of(self, candidate: ExportedProgram) -> int:
-        """The arena the compile's planner gives the candidate (``planned``)."""
-        return self.planned(candidate).arena_bytes
+        """The arena the compile's planner gives the candidate (``planned``); with
+        ``algorithm="optimal"``, "auto"'s (its search of a second or so per candidate, not
+        the optimal search's budget; the one kept is then planned optimally)."""
+        if self.plan_options.algorithm != "optimal":
+            return self.planned(candidate).arena_bytes
+        ready = self.prepare(candidate)
+        searched = dataclasses.replace(self.plan_options, algorithm="auto", time_limit=None)
+        return _planned(ready.lives, ready.chosen, searched).arena_bytes
 
 
 def untried_rewrites(program: ExportedProgram, candidates: Candidates,

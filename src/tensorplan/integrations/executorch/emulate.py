@@ -44,12 +44,12 @@ def emulate_pte(pte: bytes | str | Path, inputs: Sequence[torch.Tensor], *,
     :class:`ShipError` naming the instruction when one cannot be run here (a delegate call, a
     jump, an operator with no Python implementation registered)."""
     try:
-        from executorch.exir._serialize._program import deserialize_pte_binary
+        from tensorplan.integrations.executorch.private import deserialize_pte
     except ImportError as error:
         raise TensorPlanError("emulating a .pte needs executorch: "
                               "pip install tensorplan[executorch]") from error
     data = Path(pte).read_bytes() if isinstance(pte, (str, Path)) else bytes(pte)
-    program = deserialize_pte_binary(data).program
+    program = deserialize_pte(data)
     plans = {plan.name: plan for plan in program.execution_plan}
     if method not in plans:
         raise ShipError(f"emulate_pte: the .pte has no method {method!r}; it has "

@@ -27,6 +27,9 @@ breaks this module alone. Why each is needed:
 - :func:`serialize_again` (``executorch.exir._serialize._serialize.serialize_for_executorch``
   and the manager's private fields): a lowered program changed after emission
   (``loops.py``) serialized as the manager serialized it.
+- :func:`deserialize_pte` (``executorch.exir._serialize._program.deserialize_pte_binary``):
+  the program a ``.pte``'s bytes hold, its constants restored, for running it with its plan
+  where the runtime lacks its kernels (``emulate.py``).
 
 ``TensorplanPlanningPass`` also calls the ``_set_alloc_node_spec`` it inherits from
 ExecuTorch's ``MemoryPlanningPass``, as ExecuTorch's own ``run`` does.
@@ -40,6 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from executorch.exir import ExecutorchBackendConfig, ExecutorchProgramManager
+from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir._serialize._serialize import serialize_for_executorch
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.memory_planning import Verifier
@@ -60,7 +64,8 @@ from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec as
 from executorch.exir.tensor import TensorSpec
 
 __all__ = ["ViewSpec", "alias_inplace_result_specs", "check_default_mem_ids",
-           "debug_message_from_specs", "exir_ops", "insert_mutable_buffer_specs",
+           "debug_message_from_specs", "deserialize_pte", "exir_ops",
+           "insert_mutable_buffer_specs",
            "is_inplace_node", "serialize_again", "storage_root_chain",
            "update_output_node_and_specs", "viewed_spec"]
 
@@ -81,3 +86,9 @@ def serialize_again(manager: ExecutorchProgramManager, config: ExecutorchBackend
     manager._pte_data, manager._tensor_data = serialize_for_executorch(
         manager._emitter_output, config, manager._data_serializer, manager._named_data)
     manager._buffer = None
+
+
+def deserialize_pte(data: bytes) -> Any:
+    """The ``executorch.exir.schema.Program`` a ``.pte``'s bytes hold (its constant data
+    restored into ``constant_buffer``)."""
+    return deserialize_pte_binary(data).program

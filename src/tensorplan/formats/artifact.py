@@ -110,6 +110,7 @@ def write_artifact(path: str | os.PathLike[str], exported_program: ExportedProgr
 
 
 _SAVED_MODULES = ("_operator", "operator", "math", "builtins")  # what torch.export saves by name
+_EMPTY = torch.ops.aten.empty.memory_format  # what a scratch allocation is saved as
 
 
 @contextlib.contextmanager
@@ -128,7 +129,7 @@ def _saveable(exported_program: ExportedProgram) -> Iterator[None]:
         if _is_allocation(node.target):
             (shape, dtype), = node.args
             changed.append((node, node.target, node.args, node.kwargs))
-            node.target, node.args, node.kwargs = EMPTY, (list(shape),), {"dtype": dtype}
+            node.target, node.args, node.kwargs = _EMPTY, (list(shape),), {"dtype": dtype}
         elif isinstance(wrapped, torch._ops.OpOverload) \
                 and not isinstance(node.target, torch._ops.OpOverload):
             changed.append((node, node.target, node.args, node.kwargs))
@@ -138,9 +139,6 @@ def _saveable(exported_program: ExportedProgram) -> Iterator[None]:
     finally:
         for node, target, args, kwargs in changed:
             node.target, node.args, node.kwargs = target, args, kwargs
-
-
-EMPTY = torch.ops.aten.empty.memory_format
 
 
 def _is_allocation(target: object) -> bool:

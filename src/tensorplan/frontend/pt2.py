@@ -70,6 +70,7 @@ class _Failures(logging.Handler):
             error = record.exc_info[1]
             while error.__cause__ is not None:
                 error = error.__cause__
+            # torch follows its reason with the whole serialized node: the reason is enough
             self.found.append(str(error).partition(" Unsupported target")[0])
 
 

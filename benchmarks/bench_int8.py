@@ -39,6 +39,7 @@ from cortex_m import executorch_planned_bytes, through_cortex_m
 
 import tensorplan as tp
 from tensorplan.integrations.executorch import Shipped, emulate_pte, lower
+from tensorplan.integrations.executorch.gap import describe, pte_gap
 from tensorplan.zoo.vision import import_torchvision
 
 TARGET_PATCHED = 0.5  # patched arena / ExecuTorch's planning
@@ -165,17 +166,24 @@ def table(rows: Sequence[Row]) -> str:
     for row in rows:
         for way, counted in (("in the arena", row.inside),
                              (f"outside ({row.input_bytes} B)", row.outside)):
-            chosen, pte = counted.on.patching.chosen, counted.shipped.arena_bytes
+            chosen = counted.on.patching.chosen
             where = f"{chosen.split}, {chosen.source}" if chosen.split else "(as exported)"
             body.append([row.model, way, str(counted.executorch),
                          str(counted.off.plan.arena_bytes), str(counted.on.plan.arena_bytes),
                          common.ratio(counted.on.plan.arena_bytes, counted.executorch),
                          f"{where}, {chosen.grid[0]}x{chosen.grid[1]}",
                          f"{chosen.overhead:.2f}x", "yes" if row.equal else "NO",
-                         f"{pte} ({common.ratio(pte, counted.on.plan.arena_bytes)} of the "
-                         "Python plan)", "yes" if row.pte_equal else "NO",
+                         _pte_cell(counted), "yes" if row.pte_equal else "NO",
                          f"{counted.seconds[0]:.1f} → {counted.seconds[1]:.1f}"])
     return common.markdown(header, body)
+
+
+def _pte_cell(counted: Counted) -> str:
+    """The patched .pte's arena against the Python plan's, and what keeps it above."""
+    pte = counted.shipped.arena_bytes
+    gap = describe(pte_gap(counted.on, counted.shipped))
+    return (f"{pte} ({common.ratio(pte, counted.on.plan.arena_bytes)} of the Python plan)"
+            + (f"; above it: {gap}" if gap else ""))
 
 
 def _ratios(rows: Sequence[Row], way: str) -> list[float]:

@@ -4,6 +4,7 @@ files."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import os
@@ -289,6 +290,8 @@ class ExecuTorchResult:
     failed: str | None           # the step that failed: "lower", "load" (a kernel the runtime
     #                              lacks), "run" or "differs" (from eager); None when none did
     reason: str | None           # why that step failed
+    gap: str = ""                # tensorplan's: what keeps its arena above the Python plan's
+    #                              (``gap.describe``; "" when nothing does)
 
 
 def check_executorch(config: str, lowered: Any, example: Example, expected: Any,
@@ -328,15 +331,18 @@ def executorch_results(example: Example, expected: Any, configs: Sequence[str],
 
 def shipped_result(program: Any, example: Example, expected: Any,
                    limit: int) -> ExecuTorchResult:
-    """A ``tp.Program`` lowered by ``to_executorch`` and run in ExecuTorch's runtime."""
+    """A ``tp.Program`` lowered by ``to_executorch`` and run in ExecuTorch's runtime, with what
+    keeps its arena above the program's plan (``gap.pte_gap``)."""
     from tensorplan.integrations.executorch import lower
+    from tensorplan.integrations.executorch.gap import describe, pte_gap
 
     try:
         with quiet():
-            manager = lower(program).manager
+            shipped = lower(program)
     except Exception as error:  # a lowering failure becomes the cell
         return ExecuTorchResult("tensorplan", None, None, "lower", one_line(error, limit))
-    return check_executorch("tensorplan", manager, example, expected, limit)
+    result = check_executorch("tensorplan", shipped.manager, example, expected, limit)
+    return dataclasses.replace(result, gap=describe(pte_gap(program, shipped)))
 
 
 def best_result(results: Sequence[ExecuTorchResult]) -> ExecuTorchResult | None:

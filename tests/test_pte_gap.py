@@ -79,3 +79,22 @@ def test_describe_sums_the_gaps_of_one_kernel() -> None:
         "aten::permute_copy.out copies where the Python plan has a view: 300 B at the peak; "
         "aten::constant_pad_nd.out input cannot lie in the tail of its output: 150 B at the "
         "peak (2 ops)")
+
+
+def test_a_patched_programs_gap_is_found_through_its_own_node_names() -> None:
+    """Every patch's nodes come from the same exported nodes, so they are matched by their own
+    names (the nearest of the ``.pte`` node's lineage): a row of 4x4 patches is a ``cat`` in
+    the ``.pte`` that copies them (a column of a channels-first map is no contiguous slice),
+    where the Python plan makes each patch in its slice of the row."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, stride=2, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1)).eval()
+    x = torch.randn(1, 3, 96, 96)
+    program = tp.compile(model, (x,), patches=(4, 4))
+    with torch.no_grad():
+        shipped = lower(program)
+    assert shipped.arena_bytes > program.plan.arena_bytes
+    assert pte_gap(program, shipped) == (
+        Gap("aten::cat.out", "aten_cat_default_4", "input not made in its slice", 36_864),)

@@ -145,24 +145,34 @@ def _is_spec(value: Any) -> bool:
 
 
 class _PythonValues:
-    """The values of a ``tp.Program``'s top-level graph, found by the exported node they come
-    from and their op, with the storage the Python plan gives each."""
+    """The values of a ``tp.Program``'s top-level graph, found by name (the nearest node of
+    the ``.pte`` node's lineage that the program holds: a rewritten program's own nodes, as a
+    patch's) or else by the exported node they come from, with their op (a ``.pte``'s
+    ``x_copy`` is the program's view ``x``), and the storage the Python plan gives each."""
 
     def __init__(self, program: Any) -> None:
         self.alias = program.schedule.alias
         self.nodes: dict[tuple[str, str], list[torch.fx.Node]] = defaultdict(list)
+        self.named: dict[str, torch.fx.Node] = {}
         self.inputs: dict[str, torch.fx.Node] = {}
         for node in program.exported_program.graph.nodes:
             if node.op == "placeholder":
                 self.inputs[node.name] = node
             elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
                 self.nodes[_origin(node), node.target._schema.name].append(node)
+                self.named[node.name] = node
 
     def match(self, node: torch.fx.Node) -> torch.fx.Node | None:
         """The Python node computing the value the ``.pte``'s ``node`` makes, or None."""
         if node.op == "placeholder":
             return self.inputs.get(node.name)
-        found = self.nodes.get((_origin(node), node.target._schema.name), [])
+        op = node.target._schema.name
+        ops = {op, op.removesuffix("_copy")}
+        for name in _lineage(node):
+            found = self.named.get(name)
+            if found is not None and found.target._schema.name in ops:
+                return found
+        found = self.nodes.get((_origin(node), op), [])
         return found[0] if len(found) == 1 else None
 
     def storage(self, producer: tuple[torch.fx.Node, int]) -> int | None:
@@ -180,14 +190,20 @@ class _PythonValues:
         return {s for _, producer in members if (s := self.storage(producer)) is not None}
 
 
-def _origin(node: torch.fx.Node) -> str:
-    """The name of the node of the exported model that ``node`` comes from."""
-    source = node.meta.get("from_node")
-    name = node.name
+def _lineage(node: torch.fx.Node) -> list[str]:
+    """The names of the nodes ``node`` comes from, nearest first, the exported model's last
+    (``meta["from_node"]``, each pass's source in turn)."""
+    names, source = [], node.meta.get("from_node")
     while source:
         last = source[-1]
-        name, source = last.name, last.from_node
-    return name
+        names.append(last.name)
+        source = last.from_node
+    return names
+
+
+def _origin(node: torch.fx.Node) -> str:
+    """The name of the node of the exported model that ``node`` comes from."""
+    return ([node.name, *_lineage(node)])[-1]
 
 
 def _gap_at(node: torch.fx.Node, out: Any, group_of: Mapping[int, int],

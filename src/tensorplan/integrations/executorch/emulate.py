@@ -24,10 +24,6 @@ import torch
 from tensorplan.errors import InputError, ShipError, TensorPlanError
 from tensorplan.integrations.executorch.check import torch_dtype
 
-_LAYOUTS = {0: torch.strided}
-_MEMORY_FORMATS = {0: torch.contiguous_format, 1: torch.preserve_format,
-                   2: torch.channels_last, 3: torch.channels_last_3d}
-
 
 @dataclass(frozen=True)
 class _Indices:
@@ -42,7 +38,8 @@ def emulate_pte(pte: bytes | str | Path, inputs: Sequence[torch.Tensor], *,
     ``inputs`` as described in the module docstring, as tensors that own their memory.
     Raises :class:`InputError` when the inputs are not as many as the method takes, and
     :class:`ShipError` naming the instruction when one cannot be run here (a delegate call, a
-    jump, an operator with no Python implementation registered)."""
+    jump, an operator with no Python implementation registered, such as ExecuTorch's
+    ``et_view`` of a dynamic shape: the emulator runs programs of static shapes)."""
     try:
         from tensorplan.integrations.executorch.private import deserialize_pte
     except ImportError as error:
@@ -132,10 +129,6 @@ def _run(call: Any, plan: Any, values: list[Any], where: str) -> None:
                         "delegates and control flow")
     operator = plan.operators[call.op_index]
     name = f"{operator.name}.{operator.overload}" if operator.overload else operator.name
-    if operator.name == "executorch_prim::et_view":
-        source, sizes, out = call.args
-        values[out] = values[source].view(_resolved(values[sizes], values))
-        return
     schema, functional = _overloads(operator.name, operator.overload, where)
     taken = call.args[:len(schema.arguments)]  # the emitter lists the outs again as returns
     keywords, outs = {}, []
@@ -155,44 +148,24 @@ def _run(call: Any, plan: Any, values: list[Any], where: str) -> None:
 
 def _write(values: list[Any], index: int, produced: torch.Tensor, where: str,
            name: str) -> None:
-    """Write a kernel's result into its planned tensor (resized within its bytes when the
-    result is smaller, as a dynamic dim's run is)."""
+    """Write a kernel's result into its planned tensor (bound as it is when the plan gave it
+    no memory)."""
     out = values[index]
     if out is None:
         values[index] = produced
         return
     if out.shape != produced.shape:
-        if produced.numel() > out.numel():
-            raise ShipError(f"emulate_pte: {where} ({name}) made a {list(produced.shape)} "
-                            f"result for a tensor planned {list(out.shape)}")
-        out = out.as_strided(produced.shape, _strides_like(out, produced.shape))
-        values[index] = out
+        raise ShipError(f"emulate_pte: {where} ({name}) made a {list(produced.shape)} result "
+                        f"for a tensor planned {list(out.shape)}; the emulator runs programs "
+                        "of static shapes")
     out.copy_(produced)
 
 
-def _strides_like(planned: torch.Tensor, sizes: torch.Size) -> list[int]:
-    """The strides of a tensor of ``sizes`` laid out in ``planned``'s dim order."""
-    order = sorted(range(planned.dim()), key=lambda d: -planned.stride(d))
-    strides, step = [0] * len(sizes), 1
-    for dim in reversed(order):
-        strides[dim] = step
-        step *= sizes[dim]
-    return strides
-
-
 def _typed(kind: str, value: Any) -> Any:
-    """An integer the ``.pte`` stores for a dtype, layout, device or memory format, as the
-    Python operator takes it."""
-    if value is None or not isinstance(value, int) or isinstance(value, bool):
-        return value
-    if "ScalarType" in kind:
+    """A value as the Python operator takes it: a dtype, which the ``.pte`` stores as its
+    ``ScalarType`` number, made a ``torch.dtype``."""
+    if "ScalarType" in kind and isinstance(value, int) and not isinstance(value, bool):
         return torch_dtype(value)
-    if "Layout" in kind:
-        return _LAYOUTS[value]
-    if "MemoryFormat" in kind:
-        return _MEMORY_FORMATS[value]
-    if "Device" in kind:
-        return None
     return value
 
 

@@ -14,6 +14,7 @@ Python implementation computes its result whole before it is written.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ import torch
 
 from tensorplan.errors import InputError, ShipError, TensorPlanError
 from tensorplan.integrations.executorch.check import torch_dtype
+from tensorplan.specs.layout import dense_strides
 
 
 @dataclass(frozen=True)
@@ -96,15 +98,10 @@ def _value(value: Any, memory: list[torch.Tensor], constants: Sequence[Any]) -> 
 def _placed(storage: torch.Tensor, offset: int, tensor: Any) -> torch.Tensor:
     """The tensor ``tensor`` (an ExecuTorch ``Tensor``) describes, viewing ``storage``'s bytes
     from ``offset``: its sizes laid out in its dim order."""
-    dtype = torch_dtype(int(tensor.scalar_type))
-    order = list(tensor.dim_order) or list(range(len(tensor.sizes)))
-    physical = [tensor.sizes[d] for d in order]
-    count = 1
-    for size in physical:
-        count *= size
-    nbytes = count * torch.empty((), dtype=dtype).element_size()
-    flat = storage[offset:offset + nbytes].view(dtype)
-    return flat.view(physical).permute([order.index(d) for d in range(len(order))])
+    dtype, shape = torch_dtype(int(tensor.scalar_type)), list(tensor.sizes)
+    order = list(tensor.dim_order) or list(range(len(shape)))
+    flat = storage[offset:offset + math.prod(shape) * dtype.itemsize].view(dtype)
+    return flat.as_strided(shape, dense_strides(shape, order))
 
 
 def _resolved(value: Any, values: list[Any]) -> Any:

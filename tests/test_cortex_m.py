@@ -238,13 +238,18 @@ def test_the_patched_program_ships_its_plan_and_its_pte_runs_bitwise_equal_emula
 def test_the_patched_program_without_the_image_ships_without_it(
         blocks: tuple[CortexMFlow, torch.Tensor]) -> None:
     """Compiled with the image outside the arena, the ``.pte`` leaves it out too
-    (``alloc_graph_input=False``). Its arena is above the Python plan's: ExecuTorch's kernels
-    copy each patch's region of the image (``slice_copy``) and write each pad whole, where
-    the Python plan reads the region in place."""
+    (``alloc_graph_input=False``). Its arena is above the Python plan's, and ``pte_gap`` says
+    why: ExecuTorch's ``slice_copy`` copies a patch's region of the image where the Python
+    plan reads it as a view."""
+    from tensorplan.integrations.executorch.gap import describe, pte_gap
+
     flow, image = blocks
     patched = tp.compile(flow.manager, patches="auto", inputs_in_arena=False)
     shipped = lower(patched)
     assert (patched.plan.arena_bytes, shipped.arena_bytes) == (37_360, 52_816)
+    assert describe(pte_gap(patched, shipped)) == (
+        "aten::slice_copy.Tensor_out copies where the Python plan has a view: 29,952 B at the "
+        "peak")
     assert shipped.arena_bytes < executorch_planned_bytes(flow.manager, inputs_in_arena=False)
     (emulated,) = emulate_pte(shipped.manager.buffer, [image])
     assert torch.equal(emulated, flow.manager.exported_program().module()(image))

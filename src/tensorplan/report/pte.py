@@ -51,7 +51,7 @@ def pte_tables(name: str, shipped: Any, executorch_arena: int) -> Group:
                       f"{shipped.broadcasts} expands read by broadcasting kernels dropped; "
                       "final planner", bytes_text(plan.arena_bytes))
     folds = Table(title="foldings tried", caption=f"kept {shipped.folding}: {shipped.why}")
-    for column in ("folding", "arena", "constants", "total", "kept"):
+    for column in ("folding", "arena", "constants", "total", "instructions", "kept"):
         folds.add_column(column, justify="left" if column in ("folding", "kept") else "right")
     for choice in shipped.folds:
         folds.add_row(choice.name if choice.lowered else
@@ -59,5 +59,6 @@ def pte_tables(name: str, shipped: Any, executorch_arena: int) -> Group:
                       "and adds constants)", bytes_text(choice.arena_bytes),
                       bytes_text(choice.constant_bytes),
                       bytes_text(choice.arena_bytes + choice.constant_bytes),
+                      "-" if choice.instructions is None else str(choice.instructions),
                       "yes" if choice.name == shipped.folding else "")
     return Group(summary, steps, folds)

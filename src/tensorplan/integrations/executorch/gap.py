@@ -147,8 +147,8 @@ def _is_spec(value: Any) -> bool:
 class _PythonValues:
     """The values of a ``tp.Program``'s top-level graph, found by name (the nearest node of
     the ``.pte`` node's lineage that the program holds: a rewritten program's own nodes, as a
-    patch's) or else by the exported node they come from, with their op (a ``.pte``'s
-    ``x_copy`` is the program's view ``x``), and the storage the Python plan gives each."""
+    patch's, with the same op or a view, which the ``.pte`` runs as a copy) or else by the
+    exported node they come from and their op, and the storage the Python plan gives each."""
 
     def __init__(self, program: Any) -> None:
         self.alias = program.schedule.alias
@@ -167,10 +167,9 @@ class _PythonValues:
         if node.op == "placeholder":
             return self.inputs.get(node.name)
         op = node.target._schema.name
-        ops = {op, op.removesuffix("_copy")}
         for name in _lineage(node):
             found = self.named.get(name)
-            if found is not None and found.target._schema.name in ops:
+            if found is not None and (found.target._schema.name == op or is_view(found.target)):
                 return found
         found = self.nodes.get((_origin(node), op), [])
         return found[0] if len(found) == 1 else None

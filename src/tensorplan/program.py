@@ -302,8 +302,7 @@ class Candidates:
     its plan by the compile's own options (``planned``, that patches rank the closest by)."""
 
     def __init__(self, options: CompileOptions) -> None:
-        self.alignment, self.switches = options.plan.alignment, options.schedule
-        self.inputs_in_arena, self.plan_options = options.plan.inputs_in_arena, options.plan
+        self.switches, self.plan_options = options.schedule, options.plan
         self._prepared: dict[int, tuple[ExportedProgram, _Prepared]] = {}  # id -> (it, its)
         self._planned: dict[int, MemoryPlan] = {}  # id -> its plan by the compile's options
 
@@ -311,16 +310,17 @@ class Candidates:
         """The candidate's roles, specs, schedule and lifetimes (made on first use)."""
         if id(candidate) not in self._prepared:
             self._prepared[id(candidate)] = (
-                candidate, _prepare(candidate, self.alignment, self.switches,
-                                    self.inputs_in_arena))
+                candidate, _prepare(candidate, self.plan_options.alignment, self.switches,
+                                    self.plan_options.inputs_in_arena))
         return self._prepared[id(candidate)][1]
 
     def arena_of(self, candidate: ExportedProgram) -> int:
         """The arena tensorplan's greedy plans for the candidate."""
         ready = self.prepare(candidate)
         return _planned(ready.lives, ready.chosen,
-                        PlanOptions(algorithm="greedy", alignment=self.alignment,
-                                    inputs_in_arena=self.inputs_in_arena)).arena_bytes
+                        PlanOptions(algorithm="greedy", alignment=self.plan_options.alignment,
+                                    inputs_in_arena=self.plan_options.inputs_in_arena)
+                        ).arena_bytes
 
     def planned(self, candidate: ExportedProgram) -> MemoryPlan:
         """The candidate's plan by the compile's plan options, without banks (made on first

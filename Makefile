@@ -30,9 +30,11 @@ test: $(STAMP) browser
 test-quick: $(STAMP) browser
 	$(PY) -m pytest -q -n 2 --dist loadscope -m "not slow" --doctest-modules src tests
 
-# ONLY=pte (or "pte chunks") runs those sections alone and keeps the others as measured.
+# ONLY=pte (or "pte chunks") runs those sections alone and keeps the others as measured; JOBS
+# sections run at a time (each times on one thread).
+JOBS ?= 2
 bench: $(STAMP)
-	$(PY) benchmarks/run_all.py --out benchmarks/RESULTS.md $(foreach s,$(ONLY),--only $(s))
+	$(PY) benchmarks/run_all.py --out benchmarks/RESULTS.md --jobs $(JOBS) $(foreach s,$(ONLY),--only $(s))
 
 # Every figure of benchmarks/RESULTS.md worse than at commit OLD (default: the last commit).
 OLD ?= HEAD

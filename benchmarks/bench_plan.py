@@ -1,10 +1,10 @@
 """Arena of tensorplan's memory plan vs the bound before lowering it, and vs ExecuTorch's best
-configuration, for every zoo model.
+configuration, on the zoo's models.
 
-Usage: ``python benchmarks/bench_plan.py [--out FILE] [--models a,b] [--runs N]``
+Usage: ``python benchmarks/bench_plan.py [--out FILE] [--models a,b | --full] [--runs N]``
 
-For each model (default: every name in ``tensorplan.zoo.names()``, ``hf_*`` included when
-``transformers`` is installed, then the fresh configs of ``common.FRESH``: the zoo's families at
+For each model (default: ``common.REPRESENTATIVE``, every zoo model with ``--full``, then the
+fresh configs of ``common.FRESH``: the zoo's families at
 other sizes and CNN families it lacks, seeded, each summarised apart) the script compiles with
 ``tp.compile`` (inputs and outputs in the arena, alignment 16) five times: with the defaults
 (in-place reuse, memory-aware order and folded constants all on), with all three off (one buffer
@@ -288,8 +288,7 @@ def report(rows: Sequence[Row], with_executorch: bool, runs: int) -> str:
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the markdown tables to this file")
-    parser.add_argument("--models",
-                        help="comma-separated zoo or common.FRESH names (default: all)")
+    common.add_model_arguments(parser)
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS,
                         help=f"timed calls of eager and each program (default {DEFAULT_RUNS})")
     return parser.parse_args(argv)
@@ -301,11 +300,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
-    names = options.models.split(",") if options.models else common.model_names()
+    names = common.chosen_models(options)
     with_executorch = common.executorch_installed()
     warm_up()
     rows = [measure(name, with_executorch, options.runs) for name in names]
-    common.emit(report(rows, with_executorch, options.runs), options.out)
+    common.emit(common.selection_note(names) + report(rows, with_executorch, options.runs),
+                options.out)
     return 0
 
 

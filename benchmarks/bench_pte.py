@@ -1,9 +1,10 @@
 """The ``.pte`` tensorplan ships (``integrations.executorch.to_executorch``) vs ExecuTorch's own,
 every program run in ExecuTorch's runtime.
 
-Usage: ``python benchmarks/bench_pte.py [--out FILE] [--models a,b] [--runs N]``
+Usage: ``python benchmarks/bench_pte.py [--out FILE] [--models a,b | --full] [--runs N]``
 
-For each zoo model and each of ``common.FRESH``'s (default: all) the script exports the example
+For each model of ``common.REPRESENTATIVE`` (every zoo model with ``--full``) and each of
+``common.FRESH``'s the script exports the example
 once (``torch.export.export``, strict=False), lowers it with each ExecuTorch configuration of
 ``common.EXECUTORCH_CONFIGS`` and with ``to_executorch`` (defaults: reuse, reorder, fold,
 algorithm "auto"), loads every program in ExecuTorch's runtime, runs it on the example inputs
@@ -301,7 +302,7 @@ def report(rows: Sequence[Row], runs: int) -> str:
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the markdown table to this file")
-    parser.add_argument("--models", help="comma-separated zoo or common.FRESH names (default: all)")
+    common.add_model_arguments(parser)
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS,
                         help=f"timed calls of each program (default {DEFAULT_RUNS})")
     return parser.parse_args(argv)
@@ -316,12 +317,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
-    names = options.models.split(",") if options.models else common.model_names()
+    names = common.chosen_models(options)
     rows = []
     for name in names:
         rows.append(measure(name, options.runs))
         print(f"{name}: done", file=sys.stderr, flush=True)
-    common.emit(report(rows, options.runs), options.out)
+    common.emit(common.selection_note(names) + report(rows, options.runs), options.out)
     return 0
 
 

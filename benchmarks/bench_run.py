@@ -1,9 +1,10 @@
-"""Latency and memory of ``Program.run`` vs eager PyTorch (and ExecuTorch), for every zoo model.
+"""Latency and memory of ``Program.run`` vs eager PyTorch (and ExecuTorch), on the zoo's models.
 
-Usage: ``python benchmarks/bench_run.py [--out FILE] [--models a,b] [--runs N]``
+Usage: ``python benchmarks/bench_run.py [--out FILE] [--models a,b | --full] [--runs N]``
 
-For each model (default: every name in ``tensorplan.zoo.names()``, ``hf_*`` included when
-``transformers`` is installed) the script compiles with ``tp.compile`` and reports two tables:
+For each model (default: ``common.REPRESENTATIVE``, every zoo model with ``--full``, then the
+fresh configs of ``common.FRESH``, each summarised apart) the script compiles with
+``tp.compile`` and reports a summary line per group and two tables:
 
 - **latency**, per input size: eager (the module called directly, never
   ``ExportedProgram.module()``), ``Program.run`` with the bound-lowering off and on
@@ -31,6 +32,7 @@ import json
 import logging
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,11 +58,11 @@ from common import (
 from torch.export import Dim
 
 import tensorplan as tp
-from tensorplan import zoo
 from tensorplan.zoo import Example
 
 DEFAULT_RUNS = 50      # timed calls of each method
 REASON_CHARS = 160     # longest failure reason printed in a table cell
+TARGET = 1.2           # run / eager the summary holds the median to
 SLOW_STEP = 1.5        # run / eager above this is named under the table, with its reason
 # Why a model's step is slower than SLOW_STEP x eager, as measured with torch.profiler (one
 # thread): the cause, and that the program compiled with the bound-lowering off is as slow.
@@ -240,7 +242,7 @@ def child_memory(mode: str, name: str, runs: int, program_path: str | None,
     """
     torch.set_num_threads(1)
     if mode == "eager":
-        example = zoo.example(name)
+        example = common.example(name)
         call = _bound(example.model, example.args, example.kwargs)
     else:
         program = tp.load(program_path)
@@ -296,7 +298,7 @@ def measure(name: str, runs: int, with_executorch: bool,
             workdir: str) -> tuple[list[Latency], Coverage] | str:
     """Compile, check, time and measure the memory of zoo model ``name``; why it could not be
     measured when its run raises."""
-    example = zoo.example(name)
+    example = common.example(name)
     with quiet():
         before = tp.compile(example.model, example.args, example.kwargs,
                             dynamic_shapes=example.dynamic_shapes, reuse=False, reorder=False,
@@ -358,7 +360,7 @@ def latency_table(rows: Sequence[Latency], runs: int, with_executorch: bool) -> 
             f"call; eager calls the module directly; \"lowering off\" is the program compiled "
             f"with `reuse=False, reorder=False, fold=False` (one buffer per value, the exported "
             f"order, no folded constants: the plan before issue 11). "
-            f"Target: run / eager <= 1.2x.\n\n")
+            f"Target: run / eager <= {TARGET}x.\n\n")
     return note + common.markdown(header, cells) + _slow_steps_note(rows)
 
 
@@ -442,11 +444,45 @@ def _failures_note(failures: dict[str, str]) -> str:
     return f"\nNot measured (`Program.run` raised on the example inputs): {items}\n"
 
 
+def summary(latencies: Sequence[Latency], coverages: Sequence[Coverage]) -> str:
+    """``group_summary`` of the zoo's rows, then of the fresh configs' (when any ran)."""
+    groups = {"zoo": (lambda name: not name.startswith(common.FRESH_PREFIX)),
+              "fresh-config": (lambda name: name.startswith(common.FRESH_PREFIX))}
+    return "".join(group_summary([row for row in latencies if keep(row.model)],
+                                 [row for row in coverages if keep(row.model)], label)
+                   for label, keep in groups.items()
+                   if any(keep(row.model) for row in coverages))
+
+
+def group_summary(latencies: Sequence[Latency], coverages: Sequence[Coverage],
+                  label: str) -> str:
+    """Over the ``label`` models: run / eager (median and max over every timed size),
+    ExecuTorch / eager where it ran, the models not equal to eager, and the fallback ops."""
+    ratios = {(row.model, row.seq): row.run / row.eager for row in latencies if row.eager}
+    worst = max(ratios, key=ratios.__getitem__)
+    executorch = [row.executorch / row.eager for row in latencies
+                  if isinstance(row.executorch, float) and row.eager]
+    differ = sorted(row.model for row in coverages if not row.matches)
+    fallbacks = sorted({op for row in coverages for op in row.fallbacks})
+    median = statistics.median(ratios.values())
+    at = "" if worst[1] is None else f" at {worst[1]}"
+    return (f"**Summary** over {len(coverages)} {label} models ({len(ratios)} sizes): "
+            f"`Program.run` / eager median **{median:.2f}x** (target <= {TARGET:.1f}x: "
+            f"{'met' if median <= TARGET else 'missed'}), max {ratios[worst]:.2f}x "
+            f"({worst[0]}{at}); ExecuTorch's runtime / eager median "
+            f"{statistics.median(executorch):.2f}x over the {len(executorch)} sizes it ran "
+            f"at; not equal to eager: {', '.join(differ) or 'none'}; ops run functionally: "
+            f"{', '.join(fallbacks) or 'none'}.\n\n" if executorch else
+            f"**Summary** over {len(coverages)} {label} models: `Program.run` / eager median "
+            f"**{median:.2f}x**, max {ratios[worst]:.2f}x ({worst[0]}{at}); not equal to "
+            f"eager: {', '.join(differ) or 'none'}.\n\n")
+
+
 # --- entry points ----------------------------------------------------------------------------
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the markdown tables to this file")
-    parser.add_argument("--models", help="comma-separated zoo names (default: all)")
+    common.add_model_arguments(parser)
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS,
                         help=f"timed calls per method (default {DEFAULT_RUNS})")
     parser.add_argument("--child", choices=("eager", "tensorplan"), help=argparse.SUPPRESS)
@@ -472,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.child:
         return _child(options)
     torch.set_num_threads(1)
-    names = options.models.split(",") if options.models else zoo.names()
+    names = common.chosen_models(options)
     with_executorch = executorch_installed()
     latencies: list[Latency] = []
     coverages: list[Coverage] = []
@@ -485,7 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             latencies += measured[0]
             coverages.append(measured[1])
-    text = (latency_table(latencies, options.runs, with_executorch) + "\n"
+    text = (common.selection_note(names) + summary(latencies, coverages)
+            + latency_table(latencies, options.runs, with_executorch) + "\n"
             + coverage_table(coverages, options.runs) + _failures_note(failures))
     emit(text, options.out)
     return 0

@@ -3,6 +3,7 @@ files."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import importlib.util
@@ -67,11 +68,53 @@ def example(name: str) -> Example:
     return FRESH[name]() if name in FRESH else zoo.example(name)
 
 
-def model_names() -> list[str]:
-    """Every zoo model, then every fresh config."""
+# The zoo models a bench that sweeps the zoo measures by default: each family of the zoo (small
+# synthetic models, CNNs, vision transformers, encoders, decoder LLMs with and without a cache, a
+# mixture of experts, a diffusion transformer), so one run of every section fits in an hour.
+# ``--full`` measures every zoo model.
+REPRESENTATIVE = (
+    "convnet", "mlp", "kv_cache", "tiny_gpt",
+    "hf_mobilenet_v2", "hf_resnet", "hf_convnext", "timm_mixnet_s",
+    "hf_vit", "hf_swin", "hf_mobilevit",
+    "hf_bert", "hf_bert_dynamic", "hf_t5", "hf_wav2vec2",
+    "hf_gpt2", "hf_llama", "hf_gemma2", "hf_phi3", "hf_qwen3_prefill", "hf_llama_static_cache",
+    "hf_olmoe", "hf_whisper_decoder",
+    "diffusers_sd3",
+)
+
+
+def model_names(full: bool = False) -> list[str]:
+    """``REPRESENTATIVE`` (every zoo model when ``full``), then every fresh config."""
     from tensorplan import zoo
 
-    return [*zoo.names(), *FRESH]
+    return [*(zoo.names() if full else REPRESENTATIVE), *FRESH]
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--models a,b`` and ``--full``, the model choice of the benches that sweep the zoo."""
+    parser.add_argument("--models", help="comma-separated zoo or common.FRESH names (default: "
+                                          "common.REPRESENTATIVE, then common.FRESH)")
+    parser.add_argument("--full", action="store_true",
+                        help="every zoo model instead of common.REPRESENTATIVE")
+
+
+def chosen_models(options: argparse.Namespace) -> list[str]:
+    """The models ``add_model_arguments``' options name."""
+    return options.models.split(",") if options.models else model_names(options.full)
+
+
+def selection_note(names: Sequence[str]) -> str:
+    """A line saying which models ``names`` holds: how many of the zoo's, how many fresh."""
+    from tensorplan import zoo
+
+    fresh = sum(name in FRESH for name in names)
+    chosen = len(names) - fresh
+    whole = len(zoo.names())
+    which = ("every zoo model" if chosen == whole else
+             f"{chosen} of the zoo's {whole} models (`common.REPRESENTATIVE`: each family; "
+             f"`--full` measures every one)" if set(names) >= set(REPRESENTATIVE) else
+             f"{chosen} of the zoo's {whole} models, named by `--models`")
+    return f"Models: {which}, and {fresh} fresh configs (`common.FRESH`).\n\n"
 
 
 def executorch_installed() -> bool:

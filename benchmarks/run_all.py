@@ -9,7 +9,8 @@ runs two at a time. The report has the machine (CPUs, torch and ExecuTorch versi
 date) and one section per script: a line saying the command, the commit and the date it ran
 at and its wall time, then its markdown tables, or, when it failed, the exit status and the
 last lines of its stderr. ``--only bench_pte.py`` (or ``pte``) runs that script alone and
-``--keep bench_dsa.py`` every script but that one; a section not run is copied whole from the
+``--keep bench_dsa.py`` every script but that one; the scripts of ``ALONE`` run last, with
+nothing beside them; a section not run is copied whole from the
 report already at ``--out``, its own line still naming the commit and date it was measured
 at (no section says more than when it ran).
 """
@@ -49,6 +50,9 @@ SECTIONS = (
     ("Dynamic dims: the symbolic plan at the sizes a run has", "bench_symbolic.py"),
     ("Real size: a 30-layer 135M model's static-cache decode step", "bench_real_size.py"),
 )
+# Scripts whose figures depend on wall time (the planners' search budgets): run after the others,
+# with nothing beside them, whatever ``--jobs`` says.
+ALONE = ("bench_dsa.py",)
 STDERR_LINES = 20         # lines of a failed script's stderr shown in its section
 DEFAULT_TIMEOUT = 3600    # seconds one script may run before it counts as failed
 
@@ -204,11 +208,16 @@ def script_name(name: str) -> str:
     raise SystemExit(f"run_all: no benchmark {name!r}; one of {', '.join(scripts)}")
 
 
-def report(outcomes: Sequence[Outcome]) -> str:
-    """The whole markdown report: title, machine, then one section per script."""
+def report(outcomes: Sequence[Outcome], jobs: int, seconds: float) -> str:
+    """The whole markdown report: title, machine, this run's wall time (``seconds``, at
+    ``jobs`` scripts at a time), then one section per script."""
+    ran = [outcome.script.removeprefix("bench_").removesuffix(".py") for outcome in outcomes
+           if not outcome.kept]
     parts = ["# Benchmark results\n\n", "Written by `benchmarks/run_all.py` (`make bench`).\n\n",
              "## Machine\n\n", "Each section's first line says the command, the commit and the "
-             "date it ran at; this run's:\n\n", machine()]
+             "date it ran at; this run's:\n\n", machine(),
+             f"- this run: {len(ran)} of {len(outcomes)} sections ({', '.join(ran)}), "
+             f"{jobs} at a time, {seconds / 60:.0f} min wall\n"]
     for (heading, _), outcome in zip(SECTIONS, outcomes, strict=True):
         if outcome.kept:
             parts.append(f"\n## {heading}\n\n{outcome.text.rstrip()}\n")
@@ -253,10 +262,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               flush=True)
         return outcome
 
+    start = time.perf_counter()
+    shared = [script for script in run if script not in ALONE]
     with concurrent.futures.ThreadPoolExecutor(max(options.jobs, 1)) as pool:
-        done = dict(zip(run, pool.map(one, run), strict=True))
+        done = dict(zip(shared, pool.map(one, shared), strict=True))
+    done.update((script, one(script)) for script in run if script in ALONE)
     outcomes = [done[s] if s in done else kept_outcome(s, previous) for s in scripts]
-    text = report(outcomes)  # before opening --out: truncating it would mark the commit dirty
+    # written before opening --out: truncating it would mark the commit dirty
+    text = report(outcomes, options.jobs, time.perf_counter() - start)
     with open(options.out, "w", encoding="utf-8") as handle:
         handle.write(text)
     print(f"run_all: wrote {options.out}", file=sys.stderr)

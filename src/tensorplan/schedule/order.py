@@ -20,8 +20,9 @@ Worked example: ``a = x.exp(); b = x.sin(); c = a.sum(); d = b.sum()`` exported 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch.fx
 
@@ -59,52 +60,100 @@ def _readers(alias: AliasTable, nodes: Sequence[torch.fx.Node],
     return pending
 
 
+Unit = TypeVar("Unit", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Footprint(Generic[Unit]):
+    """What a memory-aware list schedule reads of a graph's units (nodes, or ExecuTorch's ops
+    with their ``alloc`` nodes): the storages each one makes, the storages each one makes or
+    reads (it frees those it is the last to touch), their bytes, the storages never freed and
+    those live before the first unit."""
+
+    makes: Mapping[Unit, Collection[Hashable]]    # storages a unit's results start
+    touches: Mapping[Unit, Collection[Hashable]]  # storages a unit makes or reads
+    nbytes: Mapping[Hashable, int]                # bytes of each storage (0: not planned)
+    kept: Collection[Hashable]                    # live to the end: outputs, state
+    live: Collection[Hashable] = ()               # live before the first unit: the inputs'
+
+
+def least_added_order(units: Sequence[Unit], before: Mapping[Unit, Collection[Unit]],
+                      footprint: Footprint[Unit]) -> list[Unit]:
+    """List scheduling: of the units whose ``before`` units have all run, the one that adds
+    the fewest live bytes runs next (bytes of the storages it makes that are not live yet,
+    minus those of the storages it is the last unit to touch, ``kept`` aside), ties broken by
+    position in ``units``. Every unit of ``units`` is listed once.
+
+    >>> storages = Footprint({"a": ["A"], "b": ["B"], "c": [], "d": []},
+    ...                      {"a": ["A"], "b": ["B"], "c": ["A"], "d": ["B"]},
+    ...                      {"A": 4, "B": 4}, kept=())
+    >>> least_added_order(["a", "b", "c", "d"], {"a": [], "b": [], "c": ["a"], "d": ["b"]},
+    ...                   storages)
+    ['a', 'c', 'b', 'd']
+    """
+    makes, touches, nbytes, kept = (footprint.makes, footprint.touches, footprint.nbytes,
+                                    set(footprint.kept))
+    position = {unit: i for i, unit in enumerate(units)}
+    waiting = {unit: set(before[unit]) for unit in units}
+    after: dict[Unit, list[Unit]] = {unit: [] for unit in units}
+    for unit in units:
+        for first in waiting[unit]:
+            after[first].append(unit)
+    pending: dict[Hashable, set[Unit]] = {}   # storage -> the units still to touch it
+    depends: dict[Hashable, set[Unit]] = {}   # storage -> the units whose ``added`` reads it
+    for unit in units:
+        for storage in touches[unit]:
+            pending.setdefault(storage, set()).add(unit)
+        for storage in (*makes[unit], *touches[unit]):
+            depends.setdefault(storage, set()).add(unit)
+    live = set(footprint.live)
+    known: dict[Unit, tuple[int, int]] = {}  # ``added`` while its storages are unchanged
+
+    def added(unit: Unit) -> tuple[int, int]:
+        if unit not in known:
+            started = {s for s in makes[unit] if s not in live}
+            ends = {s for s in touches[unit] if pending[s] == {unit} and s not in kept}
+            known[unit] = sum(nbytes[s] for s in started - ends) - sum(
+                nbytes[s] for s in ends - started), position[unit]
+        return known[unit]
+
+    ready = [unit for unit in units if not waiting[unit]]
+    order: list[Unit] = []
+    while ready:
+        unit = min(ready, key=added)
+        ready.remove(unit)
+        order.append(unit)
+        live.update(makes[unit])
+        for storage in touches[unit]:
+            pending[storage].discard(unit)
+        for storage in (*makes[unit], *touches[unit]):
+            for other in depends[storage]:
+                known.pop(other, None)
+        for later in after[unit]:
+            waiting[later].discard(unit)
+            if not waiting[later]:
+                ready.append(later)
+    return order
+
+
 def memory_greedy_order(graph: torch.fx.Graph, alias: AliasTable) -> Order:
-    """List scheduling: the ready node that adds the fewest live bytes runs next."""
+    """List scheduling (``least_added_order``) of the graph's nodes over the alias table's
+    storages: the ready node that adds the fewest live bytes runs next."""
     placeholders, body, output = _split(graph)
-    position = {node: i for i, node in enumerate(graph.nodes)}
-    waiting = {node: {n for n in node.all_input_nodes if n.op != "placeholder"} for node in body}
     pending = _readers(alias, list(graph.nodes), output)
     own = {node: _storages(alias, node) for node in graph.nodes}
-    touches: dict[torch.fx.Node, list[int]] = {}
+    touches: dict[torch.fx.Node, list[int]] = {node: [] for node in body}
     for storage, users in pending.items():
         for user in users:
-            touches.setdefault(user, []).append(storage)
-    depends: dict[int, set[torch.fx.Node]] = {}  # storage -> nodes whose ``added`` reads it
-    for node in body:
-        for storage in (*own[node], *touches.get(node, ())):
-            depends.setdefault(storage, set()).add(node)
-    kept = {s for node in output.all_input_nodes for s in own[node]}
-    live = {s for node in placeholders for s in own[node]}
-    ready = [node for node in body if not waiting[node]]
-    order = [node.name for node in placeholders]
-    known: dict[torch.fx.Node, tuple[int, int]] = {}  # ``added`` while its storages are unchanged
-
-    def added(node: torch.fx.Node) -> tuple[int, int]:
-        if node not in known:
-            started = {s for s in own[node] if s not in live}
-            ends = {s for s in touches.get(node, ()) if pending[s] == {node} and s not in kept}
-            size = alias.storages
-            known[node] = sum(size[s].nbytes for s in started - ends) - sum(
-                size[s].nbytes for s in ends - started), position[node]
-        return known[node]
-
-    while ready:
-        node = min(ready, key=added)
-        ready.remove(node)
-        order.append(node.name)
-        live.update(own[node])
-        for storage in touches.get(node, ()):
-            pending[storage].discard(node)
-        for storage in (*own[node], *touches.get(node, ())):
-            for other in depends.get(storage, ()):
-                known.pop(other, None)
-        for user in node.users:
-            if user in waiting:
-                waiting[user].discard(node)
-                if not waiting[user]:
-                    ready.append(user)
-    return (*order, output.name)
+            touches[user].append(storage)
+    footprint = Footprint(
+        makes={node: own[node] for node in body}, touches=touches,
+        nbytes={s: storage.nbytes for s, storage in alias.storages.items()},
+        kept={s for node in output.all_input_nodes for s in own[node]},
+        live={s for node in placeholders for s in own[node]})
+    before = {node: [n for n in node.all_input_nodes if n.op != "placeholder"] for node in body}
+    order = least_added_order(body, before, footprint)
+    return (*(n.name for n in placeholders), *(n.name for n in order), output.name)
 
 
 Item = TypeVar("Item", bound=Hashable)

@@ -60,7 +60,7 @@ def tensorplan_memory_planning(
     running :func:`tensorplan_algo` alone, so ExecuTorch writes the plan onto the specs the
     same way it does for its greedy. Raises ``TensorPlanError`` when executorch is missing.
     """
-    planning = _memory_planning_module()
+    planning = memory_planning_module()
     algo = functools.partial(tensorplan_algo, algorithm=algorithm, time_limit=time_limit,
                              banks=banks)
     return planning.MemoryPlanningAlgorithmSuite(algo_list=[algo])
@@ -90,7 +90,7 @@ def tensorplan_algo(
     ``mem_id`` of the bank ``tensorplan.banks.choice.assign`` chooses for them, and a subgraph's the
     slowest bank's; each ``mem_id`` is then planned on its own.
     """
-    planning = _memory_planning_module()
+    planning = memory_planning_module()
     bound = bound_input_specs(graph_module)  # a loop body's inputs bound to its parent's values
     specs = [spec for spec in specs if spec not in bound]
     for spec in specs:
@@ -137,7 +137,7 @@ def _bank_mem_ids(banks: BankSetup, specs: Sequence[TensorSpec], graph_module: A
     assign_mem_ids(banks, specs, graph_module, reserved, arena_of)
 
 
-def _memory_planning_module() -> ModuleType:
+def memory_planning_module() -> ModuleType:
     """``executorch.exir.memory_planning``, or a TensorPlanError saying how to install it."""
     try:
         from executorch.exir import memory_planning

@@ -35,12 +35,12 @@ from tensorplan.integrations.executorch.banks import (
     held_bytes,
     step_names,
 )
-from tensorplan.integrations.executorch.order import _written
 from tensorplan.integrations.executorch.vocabulary import (
     is_alloc,
     is_memory_view,
     specs_in,
     storage_base,
+    written_arguments,
 )
 
 
@@ -100,7 +100,7 @@ def _segments(graph_module: torch.fx.GraphModule,
         for (_, value, node), later in zip(made, [*made[1:], None], strict=True):
             whole = _offset(value) == 0 and value.allocated_memory == root.allocated_memory
             readers_ok = all(isinstance(r.target, torch._ops.OpOverload)
-                             and not is_memory_view(r) and node not in _written(r)
+                             and not is_memory_view(r) and node not in written_arguments(r)
                              for r in node.users)
             if whole and readers_ok:
                 segments.append(Segment(node, index_of[node],

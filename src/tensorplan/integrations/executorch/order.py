@@ -11,7 +11,8 @@ control-flow call is given) in their original relative order, so reads before a 
 before it.
 
 - ``exported``: the order ExecuTorch produced;
-- ``memory-greedy``: list scheduling that next runs the ready unit adding the fewest live bytes
+- ``memory-greedy``: the list scheduling of ``schedule/order.py`` (``least_added_order``) over
+  the units and their storage groups: next runs the ready unit adding the fewest live bytes
   (bytes it allocates minus the bytes of storages it is the last reader of), ties broken by
   original position;
 - ``depth-first``: a post-order walk from the outputs, each unit right after what it reads.
@@ -29,8 +30,13 @@ from tensorplan.integrations.executorch.links import (
     mutable_buffer_specs,
     spec_references,
 )
-from tensorplan.integrations.executorch.vocabulary import is_alloc, is_memory_view, specs_in
-from tensorplan.schedule.order import post_order
+from tensorplan.integrations.executorch.vocabulary import (
+    is_alloc,
+    is_memory_view,
+    specs_in,
+    written_arguments,
+)
+from tensorplan.schedule.order import Footprint, least_added_order, post_order
 
 Order = list[torch.fx.Node]  # every node of the graph, in run order
 
@@ -38,23 +44,6 @@ Order = list[torch.fx.Node]  # every node of the graph, in run order
 def _units(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     return [n for n in graph.nodes if n.op not in ("placeholder", "output", "get_attr")
             and not is_alloc(n)]
-
-
-def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The Node arguments a unit may write (not counting its fresh ``out`` allocations)."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return [] if is_memory_view(node) or node.target.__name__ == "getitem" \
-            else list(node.all_input_nodes)
-    from executorch.exir.operator.convert import get_out_args_from_opoverload, is_out_variant
-
-    outs = set(get_out_args_from_opoverload(node.target)) \
-        if is_out_variant(schema.name, schema.overload_name) else set()
-    named = dict(zip((a.name for a in schema.arguments), node.args, strict=False))
-    named.update(node.kwargs)
-    return [named[a.name] for a in schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write and a.name not in outs
-            and isinstance(named.get(a.name), torch.fx.Node)]
 
 
 def _root(node: torch.fx.Node) -> torch.fx.Node:
@@ -80,7 +69,7 @@ def _dependencies(graph: torch.fx.Graph, units: Sequence[torch.fx.Node]
     for u in units:
         before[u] += [writers[a] for a in u.all_input_nodes
                       if writers.get(a, u) is not u]
-    mutated = {_root(w) for u in units for w in _written(u)}
+    mutated = {_root(w) for u in units for w in written_arguments(u)}
     touching: dict[torch.fx.Node, list[torch.fx.Node]] = {root: [] for root in mutated}
     for u in units:
         for root in {_root(a) for a in u.all_input_nodes} & mutated:
@@ -107,9 +96,12 @@ def _expand(graph: torch.fx.Graph, units: Sequence[torch.fx.Node]) -> Order:
     return order
 
 
-def _memory_greedy(graph: torch.fx.Graph, graph_signature: Any, planned: frozenset[int],
-                   units: Sequence[torch.fx.Node],
-                   before: dict[torch.fx.Node, list[torch.fx.Node]]) -> list[torch.fx.Node]:
+def _footprint(graph: torch.fx.Graph, graph_signature: Any, planned: frozenset[int],
+               units: Sequence[torch.fx.Node]) -> Footprint[torch.fx.Node]:
+    """The storage groups each unit starts (its ``out`` allocations') and touches (a node's
+    groups are touched by the unit that runs it: itself, or the op its ``get_attr`` or
+    ``alloc`` belongs to), their planned bytes; mutable buffers and what the output reads are
+    kept."""
     nodes = list(graph.nodes)
     refs = spec_references(graph, graph_signature)
     forever_specs = mutable_buffer_specs(graph, graph_signature)
@@ -121,47 +113,21 @@ def _memory_greedy(graph: torch.fx.Graph, graph_signature: Any, planned: frozens
             if arg.op == "get_attr" or is_alloc(arg):
                 owner[arg] = unit
     owner.update(_alloc_writers(units))
-    readers: dict[int, set[torch.fx.Node]] = {}
+    touches: dict[torch.fx.Node, set[int]] = {unit: set() for unit in units}
+    kept = {groups.find(groups.spec[k]) for k in forever_specs if k in groups.spec}
+    every: set[int] = set()
     for node, specs in zip(nodes, refs, strict=True):
         for spec in specs:
-            readers.setdefault(groups.find(spec), set())
-            if owner[node] is not None:
-                readers[groups.find(spec)].add(owner[node])
-    forever = {groups.find(groups.spec[k]) for k in forever_specs if k in groups.spec}
-    size = {g: groups.spec[g].allocated_memory if g in planned else 0 for g in readers}
-    started = {u: sum(size.get(groups.find(spec), 0)
-                      for a in u.all_input_nodes if is_alloc(a)
-                      for spec in specs_in(a.meta.get("spec"))) for u in units}
-    touched: dict[torch.fx.Node, list[int]] = {u: [] for u in units}
-    for g, rs in readers.items():
-        for r in rs:
-            if r in touched and g not in forever:
-                touched[r].append(g)
-    remaining = {g: len(rs) for g, rs in readers.items()}
-    position = {u: i for i, u in enumerate(units)}
-    waiting = {u: len(set(before[u])) for u in units}
-    after: dict[torch.fx.Node, set[torch.fx.Node]] = {u: set() for u in units}
-    for unit in units:
-        for b in set(before[unit]):
-            after[b].add(unit)
-
-    def cost(u: torch.fx.Node) -> tuple[int, int]:
-        freed = sum(size[g] for g in touched[u] if remaining[g] == 1)
-        return started[u] - freed, position[u]
-
-    ready = [u for u in units if waiting[u] == 0]
-    order: list[torch.fx.Node] = []
-    while ready:
-        unit = min(ready, key=cost)
-        ready.remove(unit)
-        order.append(unit)
-        for g in touched[unit]:
-            remaining[g] -= 1
-        for nxt in after[unit]:
-            waiting[nxt] -= 1
-            if waiting[nxt] == 0:
-                ready.append(nxt)
-    return order
+            group = groups.find(spec)
+            every.add(group)
+            if owner[node] in touches:
+                touches[owner[node]].add(group)
+            elif owner[node] is not None:  # the output node: what it reads stays
+                kept.add(group)
+    makes = {unit: {groups.find(spec) for a in unit.all_input_nodes if is_alloc(a)
+                    for spec in specs_in(a.meta.get("spec"))} for unit in units}
+    nbytes = {g: groups.spec[g].allocated_memory if g in planned else 0 for g in every}
+    return Footprint(makes, touches, nbytes, kept)
 
 
 def _depth_first(units: Sequence[torch.fx.Node],
@@ -182,8 +148,8 @@ def candidate_orders(graph: torch.fx.Graph, graph_signature: Any,
     before = _dependencies(graph, units)
     return {
         "exported": list(graph.nodes),
-        "memory-greedy": _expand(
-            graph, _memory_greedy(graph, graph_signature, planned, units, before)),
+        "memory-greedy": _expand(graph, least_added_order(
+            units, before, _footprint(graph, graph_signature, planned, units))),
         "depth-first": _expand(graph, _depth_first(units, before, graph.output_node())),
     }
 

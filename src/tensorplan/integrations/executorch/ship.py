@@ -27,7 +27,7 @@ import torch
 
 from tensorplan.banks.choice import Bank
 from tensorplan.errors import InputError, ShipError, TensorPlanError
-from tensorplan.integrations.executorch.algo import _memory_planning_module
+from tensorplan.integrations.executorch.algo import memory_planning_module
 from tensorplan.integrations.executorch.banks import BankSetup
 from tensorplan.integrations.executorch.broadcasts import broadcast_copies_removed
 from tensorplan.integrations.executorch.check import PteCheck, check_exported, whose_refusal
@@ -169,7 +169,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     if prefer not in PREFERENCES:
         raise InputError(f"integrations.executorch: prefer must be one of "
                          f"{', '.join(map(repr, PREFERENCES))}, got {prefer!r}")
-    _memory_planning_module()
+    memory_planning_module()
     from tensorplan.integrations.executorch.planning_pass import PassOptions
 
     edge = _edge_program(program)
@@ -363,7 +363,7 @@ def _sharing_constants(edge: Any) -> Any:
 def executorch_arena_bytes(program: Any) -> int:
     """The arena ExecuTorch's default lowering (``to_edge(...).to_executorch()``, its greedy
     planner) gives the same program: the reference ``tensorplan pte`` prints."""
-    _memory_planning_module()
+    memory_planning_module()
     with torch.no_grad():
         return _arena_bytes(copy.deepcopy(_edge_program(program)).to_executorch())
 

@@ -110,3 +110,21 @@ def bound_input_specs(graph_module: Any) -> set[Any]:
     return {spec for node in graph_module.graph.nodes
             if node.op == "placeholder" and node.name in bound
             for spec in specs_in(node.meta.get("spec"))} if bound else set()
+
+
+def written_arguments(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The Node arguments ``node`` may write by its schema (its ``out`` arguments aside; every
+    argument of a call with no schema, a delegate's or a loop's, but a view or a ``getitem``)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return [] if is_memory_view(node) or node.target.__name__ == "getitem" \
+            else list(node.all_input_nodes)
+    from executorch.exir.operator.convert import get_out_args_from_opoverload, is_out_variant
+
+    outs = set(get_out_args_from_opoverload(node.target)) \
+        if is_out_variant(schema.name, schema.overload_name) else set()
+    named = dict(zip((a.name for a in schema.arguments), node.args, strict=False))
+    named.update(node.kwargs)
+    return [named[a.name] for a in schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write and a.name not in outs
+            and isinstance(named.get(a.name), torch.fx.Node)]

@@ -310,17 +310,13 @@ class Candidates:
         """The candidate's roles, specs, schedule and lifetimes (made on first use)."""
         if id(candidate) not in self._prepared:
             self._prepared[id(candidate)] = (
-                candidate, _prepare(candidate, self.plan_options.alignment, self.switches,
-                                    self.plan_options.inputs_in_arena))
+                candidate, _prepare(candidate, self.switches, self.plan_options))
         return self._prepared[id(candidate)][1]
 
     def arena_of(self, candidate: ExportedProgram) -> int:
         """The arena tensorplan's greedy plans for the candidate."""
         ready = self.prepare(candidate)
-        return _planned(ready.lives, ready.chosen,
-                        PlanOptions(algorithm="greedy", alignment=self.plan_options.alignment,
-                                    inputs_in_arena=self.plan_options.inputs_in_arena)
-                        ).arena_bytes
+        return _planned(ready.lives, ready.chosen, self.plan_options.drafted()).arena_bytes
 
     def planned(self, candidate: ExportedProgram) -> MemoryPlan:
         """The candidate's plan by the compile's plan options, without banks (made on first
@@ -370,17 +366,17 @@ def _tried(name: str, program: ExportedProgram, choose: Callable[[], Any]) -> An
         return None
 
 
-def _prepare(program: ExportedProgram, alignment: int, switches: ScheduleOptions,
-             inputs_in_arena: bool) -> _Prepared:
-    """Roles, specs (checked against ``alignment``), the schedule (its arena counted with the
-    user inputs in it or not, as the plan counts it) and its lifetimes."""
+def _prepare(program: ExportedProgram, switches: ScheduleOptions,
+             plan: PlanOptions) -> _Prepared:
+    """Roles, specs (checked against ``plan``'s alignment), the schedule (its arena counted as
+    ``plan`` counts it) and its lifetimes."""
     with stage("roles", program):
         roles = read_roles(program)
     with stage("propagate", program):
         specs = propagate(program, roles)
-    _check_alignment(alignment, specs)
+    _check_alignment(plan.alignment, specs)
     with stage("schedule", program):
-        chosen = schedule(program, specs, roles, switches, alignment, inputs_in_arena)
+        chosen = schedule(program, specs, roles, switches, plan)
     with stage("liveness", program):
         lives = lifetimes(program, chosen.alias, chosen.order)
     return _Prepared(roles, specs, chosen, lives)

@@ -50,7 +50,7 @@ from tensorplan.formats.options_json import OPTIONS_KEY, decode_options
 from tensorplan.frontend.pt2 import load_exported, save_exported
 from tensorplan.frontend.roles import Roles, read_roles
 from tensorplan.options import CompileOptions
-from tensorplan.plan.plan import MemoryPlan, PlannedStorage
+from tensorplan.plan.plan import MemoryPlan, PlannedStorage, PlanOptions
 from tensorplan.schedule.schedule import Decided, Schedule, replay
 from tensorplan.specs.propagate import propagate
 from tensorplan.specs.spec import SpecTable
@@ -196,7 +196,7 @@ def read_artifact(path: str | os.PathLike[str]) -> ArtifactParts:
     options = decode_options(contents.plan[OPTIONS_KEY], f"{where}: {PLAN_MEMBER}") \
         if OPTIONS_KEY in contents.plan else CompileOptions()
     chosen = _replay(decode_schedule(document), exported, specs, roles, document.where,
-                     options.plan.inputs_in_arena)
+                     options.plan)
     specs = planned_specs(specs, chosen.alias)
     check_values(document, specs)
     _check_fit(plan, exported, chosen, document.where)
@@ -205,9 +205,9 @@ def read_artifact(path: str | os.PathLike[str]) -> ArtifactParts:
 
 
 def _replay(saved: Decided, exported: ExportedProgram, specs: SpecTable, roles: Roles,
-            where: str, inputs_in_arena: bool) -> Schedule:
+            where: str, plan: PlanOptions) -> Schedule:
     """The saved schedule made again on the embedded program (its inputs counted in the arena
-    as it was compiled). Nodes the deserialiser added (``getitem`` of unused outputs) run
+    as its ``plan`` counts them). Nodes the deserialiser added (``getitem`` of unused outputs) run
     right after the node they read."""
     names = [node.name for node in exported.graph.nodes]
     order = list(saved.order) if saved.order is not None else names
@@ -219,8 +219,7 @@ def _replay(saved: Decided, exported: ExportedProgram, specs: SpecTable, roles: 
         if node.name not in order:
             after = max(order.index(n.name) for n in node.all_input_nodes)
             order.insert(after + 1, node.name)
-    return replay(exported, specs, roles, replace(saved, order=tuple(order)),
-                  inputs_in_arena=inputs_in_arena)
+    return replay(exported, specs, roles, replace(saved, order=tuple(order)), plan)
 
 
 def read_plan(path: str | os.PathLike[str]) -> Fields:

@@ -45,6 +45,12 @@ class PlanOptions:
     #                                 arena (a camera's frame buffer), not counted in it
     max_arena_bytes: int | None = None  # a budget: a larger arena raises PlanError
 
+    def drafted(self) -> PlanOptions:
+        """The greedy plan a stage before planning ranks its trials by: this plan's alignment,
+        its inputs counted in the arena or not, no budget."""
+        return PlanOptions(algorithm="greedy", alignment=self.alignment,
+                           inputs_in_arena=self.inputs_in_arena)
+
 
 @dataclass(frozen=True)
 class PlannedStorage:

@@ -94,7 +94,7 @@ class _Trials:
         key = (id(alias), tuple(order))
         if key not in self._made or self._made[key][0] is not alias:  # an id used again
             table, reuses = _reuse(self.program, self.specs, alias, order, self.reuse,
-                                   self.draft.inputs_in_arena)
+                                   self.draft)
             plan = _plan(self.program, table, order, self.draft)
             self._made[key] = (alias, (table, reuses), plan)
         _, (table, reuses), plan = self._made[key]
@@ -157,14 +157,14 @@ def _nbytes(value: object) -> int:
 
 
 def _reuse(program: ExportedProgram, specs: SpecTable, alias: AliasTable, order: Order,
-           reuse: bool, inputs_in_arena: bool) -> tuple[AliasTable, tuple[Reuse, ...]]:
+           reuse: bool, plan: PlanOptions) -> tuple[AliasTable, tuple[Reuse, ...]]:
     """In-place reuse, then concatenation in place (judged with the user inputs counted as
-    the plan counts them), along ``order`` (both off without ``reuse``)."""
+    ``plan`` counts them), along ``order`` (both off without ``reuse``)."""
     if not reuse:
         return alias, ()
     reused, reuses = reuse_storages(program, specs, alias, order)
     return concat_in_place(program, specs, reused, order,
-                           inputs_in_arena=inputs_in_arena), reuses
+                           inputs_in_arena=plan.inputs_in_arena), reuses
 
 
 @dataclass(frozen=True)
@@ -179,30 +179,30 @@ class Decided:
 
 
 def replay(program: ExportedProgram, specs: SpecTable, roles: Roles,
-           decided: Decided, *, inputs_in_arena: bool = True) -> Schedule:
+           decided: Decided, plan: PlanOptions) -> Schedule:
     """A schedule decided before (a saved program), made again: fold when ``decided.fold``
     (all but its ``unfolded``), then reuse along its order when ``decided.reuse`` (with the
-    user inputs counted as the program was compiled: ``inputs_in_arena``).
+    user inputs counted as the program's ``plan`` counts them).
     Deterministic; plans nothing (the baseline and constant figures are left at 0)."""
     folded = fold_constants(program, specs, roles, decided.unfolded) if decided.fold \
         else NOTHING_FOLDED
     alias = analyze(program, specs, roles, folded.computed)
     order = decided.order if decided.order is not None else exported_order(program.graph)
-    reused, reuses = _reuse(program, specs, alias, order, decided.reuse, inputs_in_arena)
+    reused, reuses = _reuse(program, specs, alias, order, decided.reuse, plan)
     return Schedule(reused, order, decided.order_name, decided.reuse, reuses, folded)
 
 
 def schedule(program: ExportedProgram, specs: SpecTable, roles: Roles,
-             options: ScheduleOptions = ScheduleOptions(), alignment: int = 16,
-             inputs_in_arena: bool = True) -> Schedule:
+             options: ScheduleOptions, plan: PlanOptions) -> Schedule:
     """Fold, order and reuse ``program`` so that its planned arena is as small as this stage
     can make it; never larger than the exported order's greedy plan, and folding only where
-    it does not grow constants + arena in total. The arena is counted as the plan will count
-    it: with the user inputs in it or not (``inputs_in_arena``).
+    it does not grow constants + arena in total. The arena is counted as ``plan`` (the
+    options of the plan that follows) will count it: greedy at its alignment, the user inputs
+    in it or not (``PlanOptions.drafted``).
 
     Pure: reads the program, its specs and roles; returns new tables.
     """
-    draft = PlanOptions(algorithm="greedy", alignment=alignment, inputs_in_arena=inputs_in_arena)
+    draft = plan.drafted()
     trials = _Trials(program, specs, options.reuse, draft)
     choices = _folding(program, specs, roles, options.fold, trials)
     baseline = choices[0][1]

@@ -48,3 +48,32 @@ def test_a_short_name_is_its_script_and_an_unknown_one_is_refused() -> None:
     assert run_all.script_name("chunks") == "bench_chunks.py"
     with pytest.raises(SystemExit, match="no benchmark 'nope'"):
         run_all.script_name("nope")
+
+
+def test_two_at_a_time_the_dsa_planners_run_last_with_nothing_beside(tmp_path, monkeypatch
+                                                                     ) -> None:
+    """``--jobs 2`` runs two scripts at once, but ``ALONE``'s (the DSA planners, whose figures
+    depend on wall time) only once every other has ended; the report says how it ran."""
+    import threading
+    import time
+
+    running, events, lock = set(), [], threading.Lock()
+
+    def fake(script: str, timeout: float) -> run_all.Outcome:
+        with lock:
+            events.append((script, sorted(running)))
+            running.add(script)
+        time.sleep(0.05)
+        with lock:
+            running.discard(script)
+        return run_all.Outcome(script, True, "**Summary**: new.\n", 1.0)
+
+    monkeypatch.setattr(run_all, "run_script", fake)
+    monkeypatch.setattr(run_all, "_commit", lambda: "abc1234")
+    out = tmp_path / "RESULTS.md"
+    assert run_all.main(["--out", str(out), "--jobs", "2"]) == 0
+    assert [script for script, _ in events[-1:]] == ["bench_dsa.py"]
+    assert events[-1][1] == []  # nothing ran beside it
+    assert any(beside for _, beside in events[:-1])  # the others ran two at a time
+    assert f"{len(run_all.SECTIONS)} of {len(run_all.SECTIONS)} sections" in out.read_text()
+    assert "2 at a time" in out.read_text()

@@ -7,13 +7,14 @@ Models (transformers configs, random weights, batch 1, two layers each, small vo
 widths and lengths): BERT-base at 512 tokens, GPT-2 small at 1024, a SmolLM2-135M-shaped Llama
 prefill at 512, a T5-small encoder at 512, a Whisper-tiny encoder at 1500 frames, ViT-B/16 at
 224x224 (197 tokens), an OLMoE-shaped mixture of experts at 256; and fresh configs the zoo does
-not have (a 4-layer BERT 512 wide at 384 tokens, a GPT-2 of 16 heads at 768). Each is compiled
-with the defaults and with ``chunks="auto"``, both run on the example input and compared with
-eager, timed against eager (median of ``--runs`` calls, one thread, interleaved), the two
-compiles timed as the fastest of ``--compiles`` tries each, interleaved. ExecuTorch's
-best configuration: the smallest arena of its "greedy" and "const-prop" lowerings among those
-that load and equal eager (``common.best_result``); shipped: the chunked program through
-``to_executorch``, run in ExecuTorch's runtime.
+not have (a 4-layer BERT 512 wide at 384 tokens, a GPT-2 of 16 heads at 768, a GPT-NeoX at 640:
+Pythia's family, which the zoo lacks), summarised apart; and the recipes' LLM exports. Each is
+compiled with the defaults and with ``chunks="auto"``, both run on the example input and
+compared with eager, timed against eager (median of ``--runs`` calls, one thread,
+interleaved), the two compiles timed as the fastest of ``--compiles`` tries each, interleaved.
+ExecuTorch's best configuration: the smallest arena of its "greedy" and "const-prop" lowerings
+among those that load and equal eager (``common.best_result``); shipped: the chunked program
+through ``to_executorch``, run in ExecuTorch's runtime.
 """
 
 from __future__ import annotations
@@ -115,6 +116,18 @@ def _vit() -> Example:
     return Example(LogitsOnly(ViTModel(config)).eval(), (torch.randn(1, 3, 224, 224),))
 
 
+def _gpt_neox(seq: int) -> Example:
+    """GPT-NeoX (Pythia's family, which the zoo lacks), 2 layers 512 wide, rotary on a quarter
+    of each head, at ``seq`` tokens."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from tensorplan.zoo.hf import LogitsOnly
+    config = GPTNeoXConfig(num_hidden_layers=2, hidden_size=512, num_attention_heads=8,
+                           intermediate_size=2048, vocab_size=VOCAB, max_position_embeddings=1024,
+                           rotary_pct=0.25)
+    return Example(LogitsOnly(GPTNeoXForCausalLM(config)).eval(), (_tokens(seq),))
+
+
 def _moe(experts: str) -> Example:
     """OLMoE, 2 layers of top-2 of 8 experts at 256 tokens, the experts run by transformers'
     ``experts`` implementation: ``batched_mm`` gathers each token's expert weights (the zoo's
@@ -198,6 +211,7 @@ MODELS: dict[str, Callable[[], Example]] = {
     "moe_olmoe_256_grouped_mm": lambda: _moe("grouped_mm"),
     "fresh_bert_4x512_384": lambda: _bert(4, 512, 8, 384),
     "fresh_gpt2_16h_768": lambda: _gpt2(1024, 16, 768),
+    "fresh_gpt_neox_640": lambda: _gpt_neox(640),
     "recipe_executorch_llama_1024": lambda: _executorch_llama(1024),
     "recipe_executorch_llama_2048": lambda: _executorch_llama(2048),
     "recipe_static_cache_llama_1024": lambda: _static_cache_llama(1024),
@@ -371,6 +385,10 @@ def summary(rows: Sequence[Row]) -> str:
     larger = [row.model for row in rows if row.on.plan.arena_bytes > row.off.plan.arena_bytes]
     text_clause = (f"the text models at real lengths plan a median {statistics.median(text):.2f}x "
                    f"of ExecuTorch's best (target <= {TARGET:.2f}x); " if text else "")
+    fresh = [ratio for name, ratio in ratios.items() if name.startswith(common.FRESH_PREFIX)]
+    text_clause += (f"the {len(fresh)} fresh configs (other widths, depths and lengths, and "
+                    f"GPT-NeoX, a family the zoo lacks) a median "
+                    f"{statistics.median(fresh):.2f}x; " if fresh else "")
     slower = [row.times["on"] / row.times["off"] for row in rows]
     compiles = [row.seconds[1] / row.seconds[0] for row in rows]
     return (f"**Summary**: with `chunks=\"auto\"`, {text_clause}"

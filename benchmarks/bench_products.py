@@ -36,7 +36,7 @@ from tensorplan.integrations.executorch.kernels import installed_version, slow_p
 
 SHAPES = ((128, 768, 3072), (512, 768, 768), (1, 768, 768), (64, 256, 1024))
 DEFAULT_RUNS = 5      # timed calls of each product program
-MODEL_RUNS = 3        # timed calls of each model program
+MODEL_RUNS = 2        # timed rounds of each model program (ExecuTorch's GPT-2: a minute a call)
 SLOW_FRACTION = 0.25  # a kernel below this fraction of the fastest one's rate is slow
 
 

@@ -60,7 +60,7 @@ from torch.export import Dim
 import tensorplan as tp
 from tensorplan.zoo import Example
 
-DEFAULT_RUNS = 50      # timed calls of each method
+DEFAULT_RUNS = 20      # timed calls of each method (interleaved: a median of 20 holds to a few %)
 REASON_CHARS = 160     # longest failure reason printed in a table cell
 TARGET = 1.2           # run / eager the summary holds the median to
 SLOW_STEP = 1.5        # run / eager above this is named under the table, with its reason

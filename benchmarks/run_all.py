@@ -9,8 +9,9 @@ runs two at a time. The report has the machine (CPUs, torch and ExecuTorch versi
 date) and one section per script: a line saying the command, the commit and the date it ran
 at and its wall time, then its markdown tables, or, when it failed, the exit status and the
 last lines of its stderr. ``--only bench_pte.py`` (or ``pte``) runs that script alone and
-``--keep bench_dsa.py`` every script but that one; the scripts of ``ALONE`` run last, with
-nothing beside them; a section not run is copied whole from the
+``--keep bench_dsa.py`` every script but that one; the scripts run the longest first (by the
+wall time the report at ``--out`` gives each section), those of ``ALONE`` last, with nothing
+beside them; a section not run is copied whole from the
 report already at ``--out``, its own line still naming the commit and date it was measured
 at (no section says more than when it ran).
 """
@@ -22,8 +23,10 @@ import concurrent.futures
 import dataclasses
 import datetime
 import importlib.metadata
+import math
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -195,6 +198,23 @@ def kept_outcome(script: str, previous: str) -> Outcome:
     return Outcome(script, True, found, 0.0, kept=True)
 
 
+def last_seconds(previous: str) -> dict[str, float]:
+    """Script -> the wall seconds its section in the report text ``previous`` took (its first
+    line's ``..., 956 s.``), for the sections that say it.
+
+    >>> last_seconds("## Planner on the DSA instances\\n\\n`python benchmarks/bench_dsa.py` "
+    ...              "at commit abc, 2026-12-07 18:02 UTC, 167 s.\\n")
+    {'bench_dsa.py': 167.0}
+    """
+    found = {}
+    for heading, body in sections(previous).items():
+        script = next((name for title, name in SECTIONS if title == heading), None)
+        timed = re.match(r"`python benchmarks/[\w.]+` at [^\n]*?, (\d+) s\.", body)
+        if script is not None and timed:
+            found[script] = float(timed.group(1))
+    return found
+
+
 def script_name(name: str) -> str:
     """A section's script from its file name or short name (``pte`` -> ``bench_pte.py``).
 
@@ -251,7 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments(argv)
     scripts = [script for _, script in SECTIONS]
     run = [s for s in scripts if (s in options.only if options.only else s not in options.keep)]
-    previous = _read(options.out) if len(run) < len(scripts) else ""
+    report_before = _read(options.out)
+    previous = report_before if len(run) < len(scripts) else ""
     ran = f"commit {_commit()}, {machine().splitlines()[0].removeprefix('- date: ')}"
 
     def one(script: str) -> Outcome:
@@ -263,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return outcome
 
     start = time.perf_counter()
-    shared = [script for script in run if script not in ALONE]
+    took = last_seconds(report_before)  # the longest first, so that two at a time end together
+    shared = sorted((script for script in run if script not in ALONE),
+                    key=lambda script: -took.get(script, math.inf))
     with concurrent.futures.ThreadPoolExecutor(max(options.jobs, 1)) as pool:
         done = dict(zip(shared, pool.map(one, shared), strict=True))
     done.update((script, one(script)) for script in run if script in ALONE)

@@ -77,3 +77,28 @@ def test_two_at_a_time_the_dsa_planners_run_last_with_nothing_beside(tmp_path, m
     assert any(beside for _, beside in events[:-1])  # the others ran two at a time
     assert f"{len(run_all.SECTIONS)} of {len(run_all.SECTIONS)} sections" in out.read_text()
     assert "2 at a time" in out.read_text()
+
+
+def test_the_longest_section_of_the_last_report_runs_first(tmp_path, monkeypatch) -> None:
+    """The pool starts with the sections the report at ``--out`` says took longest, so that
+    two at a time end together; one it has no time for starts first (it may be long)."""
+    seconds = {script: 10.0 * i for i, (_, script) in enumerate(run_all.SECTIONS)}
+    seconds.pop("bench_plan.py")
+    previous = "# Benchmark results\n" + "".join(
+        f"\n## {heading}\n\n`python benchmarks/{script}` at commit old, 2026-12-01 10:00 UTC, "
+        f"{seconds[script]:.0f} s.\n\n| a |\n|---|\n| 1 |\n"
+        for heading, script in run_all.SECTIONS if script in seconds)
+    out = tmp_path / "RESULTS.md"
+    out.write_text(previous)
+    assert run_all.last_seconds(previous) == seconds
+    ran = []
+
+    def fake(script: str, timeout: float) -> run_all.Outcome:
+        ran.append(script)
+        return run_all.Outcome(script, True, "**Summary**: new.\n", 1.0)
+
+    monkeypatch.setattr(run_all, "run_script", fake)
+    monkeypatch.setattr(run_all, "_commit", lambda: "abc1234")
+    assert run_all.main(["--out", str(out)]) == 0
+    others = sorted((s for s in seconds if s not in run_all.ALONE), key=lambda s: -seconds[s])
+    assert ran == ["bench_plan.py", *others, *run_all.ALONE]

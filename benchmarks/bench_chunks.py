@@ -268,7 +268,8 @@ def measure(name: str, build: Callable[[], Example], runs: int, compiles: int) -
         expected = example.model(*example.args)
         equal = same_outputs(expected, off.run(*example.args)) and \
             same_outputs(expected, on.run(*example.args))
-    results = common.executorch_results(example, expected, CONFIGS, REASON_CHARS)
+    results = common.executorch_results(example, expected, CONFIGS, REASON_CHARS,
+                                        best_only=True)
     shipped = common.shipped_result(on, example, expected, REASON_CHARS) \
         if common.executorch_installed() else None
     times = common.medians({"eager": lambda: example.model(*example.args),

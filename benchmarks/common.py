@@ -358,18 +358,35 @@ def check_executorch(config: str, lowered: Any, example: Example, expected: Any,
 
 
 def executorch_results(example: Example, expected: Any, configs: Sequence[str],
-                       limit: int) -> tuple[ExecuTorchResult, ...]:
+                       limit: int, best_only: bool = False) -> tuple[ExecuTorchResult, ...]:
     """The example lowered with each of ExecuTorch's ``configs`` and checked against eager's
-    ``expected`` (a lowering failure becomes the result, its reason in ``limit`` characters)."""
-    results = []
+    ``expected`` (a lowering failure becomes the result, its reason in ``limit`` characters).
+
+    ``best_only``: the programs are checked smallest arena first, and once one would be
+    ``best_result``'s the larger ones are not run (``failed`` "skipped"): ``best_result`` is the
+    same, without running ExecuTorch's slow programs for nothing."""
+    results, lowered = {}, {}
     for config in configs if executorch_installed() else ():
         try:
-            lowered = lower_to_executorch(example, config)
+            lowered[config] = lower_to_executorch(example, config)
         except Exception as error:  # a lowering failure becomes the cell
-            results.append(ExecuTorchResult(config, None, None, "lower", one_line(error, limit)))
+            results[config] = ExecuTorchResult(config, None, None, "lower", one_line(error, limit))
             continue
-        results.append(check_executorch(config, lowered, example, expected, limit))
-    return tuple(results)
+        if not best_only:
+            results[config] = check_executorch(config, lowered.pop(config), example, expected,
+                                               limit)
+    found = None
+    for config in sorted(lowered, key=lambda c: executorch_arena_bytes(lowered[c])):
+        if found is not None:
+            results[config] = ExecuTorchResult(
+                config, executorch_arena_bytes(lowered[config]),
+                executorch_constant_bytes(lowered[config]), "skipped",
+                f"not run: {found}, with a smaller arena, is the best")
+            continue
+        results[config] = check_executorch(config, lowered[config], example, expected, limit)
+        if results[config].failed in (None, "run"):
+            found = config
+    return tuple(results[config] for config in configs if config in results)
 
 
 def shipped_result(program: Any, example: Example, expected: Any,

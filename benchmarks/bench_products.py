@@ -4,7 +4,7 @@ Usage: ``python benchmarks/bench_products.py [--out FILE] [--runs N] [--no-model
 
 For each shape ``M x K x N`` of ``SHAPES`` and each product kernel of ExecuTorch's runtime
 (``addmm.out``, ``mm.out``, ``linear.out``, ``bmm.out``, and ``convolution.out`` as a 1x1
-convolution over M pixels of K channels), the script lowers a one-product program
+convolution over M pixels of K channels, where M > 1), the script lowers a one-product program
 with ExecuTorch's own ``to_edge(...).to_executorch()`` (``linear`` made by ``rewrite.py``'s first
 rule, which to_edge would otherwise decompose), checks that the emitted program runs that
 kernel, loads it in the runtime, and times ``method.execute`` on one thread (median of
@@ -53,14 +53,16 @@ class _Call(torch.nn.Module):
 def _cases(m: int, k: int, n: int) -> dict[str, tuple[Callable[..., Any], tuple]]:
     """Kernel name -> (the product, its inputs) for one shape."""
     x, w, b = torch.randn(m, k), torch.randn(k, n), torch.randn(n)
-    return {"aten::addmm.out": (torch.addmm, (b, x, w)),
-            "aten::mm.out": (torch.mm, (x, w)),
-            "aten::linear.out": (torch.nn.functional.linear, (x, w.t().contiguous(), b)),
-            "aten::bmm.out": (torch.bmm, (x[None], w[None])),
-            # the same product as a 1x1 convolution: the M rows are M pixels of K channels
-            "aten::convolution.out": (torch.nn.functional.conv2d,
-                                      (x.t().contiguous()[None, :, :, None],
-                                       w.t().contiguous()[:, :, None, None]))}
+    cases = {"aten::addmm.out": (torch.addmm, (b, x, w)),
+             "aten::mm.out": (torch.mm, (x, w)),
+             "aten::linear.out": (torch.nn.functional.linear, (x, w.t().contiguous(), b)),
+             "aten::bmm.out": (torch.bmm, (x[None], w[None]))}
+    if m > 1:  # ExecuTorch 1.5.1's convolution.out refuses a 1x1 map (error 0x12 at execute)
+        # the same product as a 1x1 convolution: the M rows are M pixels of K channels
+        cases["aten::convolution.out"] = (torch.nn.functional.conv2d,
+                                          (x.t().contiguous()[None, :, :, None],
+                                           w.t().contiguous()[:, :, None, None]))
+    return cases
 
 
 def _lowered(function: Callable[..., Any], args: tuple) -> Any:

@@ -228,14 +228,15 @@ def script_name(name: str) -> str:
     raise SystemExit(f"run_all: no benchmark {name!r}; one of {', '.join(scripts)}")
 
 
-def report(outcomes: Sequence[Outcome], jobs: int, seconds: float) -> str:
-    """The whole markdown report: title, machine, this run's wall time (``seconds``, at
-    ``jobs`` scripts at a time), then one section per script."""
+def report(outcomes: Sequence[Outcome], jobs: int, seconds: float, started: str) -> str:
+    """The whole markdown report: title, the machine as it was when the run ``started``
+    (``machine()`` then: its commit is the one the sections ran at), this run's wall time
+    (``seconds``, at ``jobs`` scripts at a time), then one section per script."""
     ran = [outcome.script.removeprefix("bench_").removesuffix(".py") for outcome in outcomes
            if not outcome.kept]
     parts = ["# Benchmark results\n\n", "Written by `benchmarks/run_all.py` (`make bench`).\n\n",
              "## Machine\n\n", "Each section's first line says the command, the commit and the "
-             "date it ran at; this run's:\n\n", machine(),
+             "date it ran at; this run's:\n\n", started,
              f"- this run: {len(ran)} of {len(outcomes)} sections ({', '.join(ran)}), "
              f"{jobs} at a time, {seconds / 60:.0f} min wall\n"]
     for (heading, _), outcome in zip(SECTIONS, outcomes, strict=True):
@@ -273,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = [s for s in scripts if (s in options.only if options.only else s not in options.keep)]
     report_before = _read(options.out)
     previous = report_before if len(run) < len(scripts) else ""
-    ran = f"commit {_commit()}, {machine().splitlines()[0].removeprefix('- date: ')}"
+    started = machine()
+    ran = f"commit {_commit()}, {started.splitlines()[0].removeprefix('- date: ')}"
 
     def one(script: str) -> Outcome:
         print(f"run_all: {script} ...", file=sys.stderr, flush=True)
@@ -292,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     done.update((script, one(script)) for script in run if script in ALONE)
     outcomes = [done[s] if s in done else kept_outcome(s, previous) for s in scripts]
     # written before opening --out: truncating it would mark the commit dirty
-    text = report(outcomes, options.jobs, time.perf_counter() - start)
+    text = report(outcomes, options.jobs, time.perf_counter() - start, started)
     with open(options.out, "w", encoding="utf-8") as handle:
         handle.write(text)
     print(f"run_all: wrote {options.out}", file=sys.stderr)

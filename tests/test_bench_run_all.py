@@ -20,10 +20,10 @@ def _previous() -> str:
     return "# Benchmark results\n\n## Machine\n\n- date: then\n" + sections
 
 
-def test_only_runs_its_section_and_copies_the_others_whole(tmp_path, monkeypatch) -> None:
-    out = tmp_path / "RESULTS.md"
-    out.write_text(_previous())
-    ran = []
+def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The scripts ``run_all`` runs, in order, each faked to take 12 s and print a summary;
+    the commit faked as abc1234."""
+    ran: list[str] = []
 
     def fake(script: str, timeout: float) -> run_all.Outcome:
         ran.append(script)
@@ -31,6 +31,13 @@ def test_only_runs_its_section_and_copies_the_others_whole(tmp_path, monkeypatch
 
     monkeypatch.setattr(run_all, "run_script", fake)
     monkeypatch.setattr(run_all, "_commit", lambda: "abc1234")
+    return ran
+
+
+def test_only_runs_its_section_and_copies_the_others_whole(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "RESULTS.md"
+    out.write_text(_previous())
+    ran = _recorded(monkeypatch)
     assert run_all.main(["--out", str(out), "--only", "pte"]) == 0
     assert ran == ["bench_pte.py"]
     sections = run_all.sections(out.read_text())
@@ -91,14 +98,20 @@ def test_the_longest_section_of_the_last_report_runs_first(tmp_path, monkeypatch
     out = tmp_path / "RESULTS.md"
     out.write_text(previous)
     assert run_all.last_seconds(previous) == seconds
-    ran = []
-
-    def fake(script: str, timeout: float) -> run_all.Outcome:
-        ran.append(script)
-        return run_all.Outcome(script, True, "**Summary**: new.\n", 1.0)
-
-    monkeypatch.setattr(run_all, "run_script", fake)
-    monkeypatch.setattr(run_all, "_commit", lambda: "abc1234")
+    ran = _recorded(monkeypatch)
     assert run_all.main(["--out", str(out)]) == 0
     others = sorted((s for s in seconds if s not in run_all.ALONE), key=lambda s: -seconds[s])
     assert ran == ["bench_plan.py", *others, *run_all.ALONE]
+
+
+def test_the_machine_block_names_the_commit_the_sections_ran_at(tmp_path, monkeypatch) -> None:
+    """A commit made while the run goes on changes neither the sections' commit nor the
+    machine block's: both are read when the run starts."""
+    _recorded(monkeypatch)
+    commits = iter(["start", "start", "later", "later"])
+    monkeypatch.setattr(run_all, "_commit", lambda: next(commits))
+    out = tmp_path / "RESULTS.md"
+    out.write_text(_previous())
+    assert run_all.main(["--out", str(out), "--only", "pte"]) == 0
+    assert "- commit: start\n" in out.read_text()
+    assert "`python benchmarks/bench_pte.py` at commit start, " in out.read_text()

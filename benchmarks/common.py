@@ -331,7 +331,8 @@ class ExecuTorchResult:
     arena: int | None            # planned arena bytes, None when it did not lower
     constants: int | None        # constant buffer bytes, None when it did not lower
     failed: str | None           # the step that failed: "lower", "load" (a kernel the runtime
-    #                              lacks), "run" or "differs" (from eager); None when none did
+    #                              lacks), "run" or "differs" (from eager); None when none did;
+    #                              "skipped": not run, a smaller one is the best (``best_only``)
     reason: str | None           # why that step failed
     gap: str = ""                # tensorplan's: what keeps its arena above the Python plan's
     #                              (``gap.describe``; "" when nothing does)

@@ -140,3 +140,39 @@ def test_bert_with_a_plain_dim_chunks_and_equals_eager() -> None:
             expected = example.model(*args)
         for got, want in zip(prog.run(*args), expected, strict=True):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _static_cache_gpt_neox() -> torch.nn.Module:
+    """transformers' static-cache decoder over a two-layer GPT-NeoX (Pythia's family: rotary
+    on a quarter of each head, the attention and the MLP in parallel) with a cache of 64."""
+    from transformers import GenerationConfig, GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    torch.manual_seed(0)
+    config = GPTNeoXConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=2, num_attention_heads=4,
+                           max_position_embeddings=64, rotary_pct=0.25)
+    model = GPTNeoXForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static", max_length=64,
+        cache_config={"batch_size": 1, "max_cache_len": 64})
+    return TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=64).model
+
+
+def test_a_loop_that_reads_the_new_cache_chunks_and_equals_eager() -> None:
+    """GPT-NeoX's static-cache decoder: the chunked attention's loop reads the cache as the
+    step wrote it, a value computed into the cache buffer's own storage. The loop body's
+    input used to keep the storage the buffer's storage replaced (an internal error in
+    liveness, ``KeyError``); it lives in the buffer's."""
+    pytest.importorskip("transformers")
+    seq = torch.export.Dim("seq_length_dim", max=63)
+    shapes = {"input_ids": {1: seq}, "cache_position": {0: seq}}
+    example = {"input_ids": torch.randint(0, 128, (1, 8)), "cache_position": torch.arange(8)}
+    prog = tp.compile(_static_cache_gpt_neox(), (), example, dynamic_shapes=shapes, chunks=4)
+    assert (prog.chunking.declined, prog.chunking.chosen.chunks) == ("", 4)
+    for length in (2, 31, 63):
+        inputs = {"input_ids": torch.randint(0, 128, (1, length)),
+                  "cache_position": torch.arange(length)}
+        with torch.no_grad():
+            expected = _static_cache_gpt_neox()(**inputs)
+        torch.testing.assert_close(prog.run(**inputs), expected)

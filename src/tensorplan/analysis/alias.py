@@ -115,21 +115,18 @@ class _Builder:
         return storage
 
     def merge(self, into: int, source: int) -> None:
-        """Move every value of ``source`` into ``into``."""
+        """Move every value of ``source`` into ``into``, and point every reference to
+        ``source`` at ``into``: its values' and the subgraph inputs' that live in it (a loop
+        body reading a new state value), which are not its members."""
         for value in self.members.pop(source):
             self.join(value, into, addresses_more=False)
-            self._retarget(value, source, into)
+        for name, ref in self.storage_of.items():
+            if isinstance(ref, tuple):
+                self.storage_of[name] = tuple(into if s == source else s for s in ref)
+            elif ref == source:
+                self.storage_of[name] = into
         self.nbytes[into] = max(self.nbytes[into], self.nbytes.pop(source))
         del self.kinds[source], self.graphs[source]
-
-    def _retarget(self, value: str, source: int, into: int) -> None:
-        base, _, index = value.partition("[")
-        ref = self.storage_of[base]
-        if isinstance(ref, tuple):
-            position = int(index.rstrip("]"))
-            self.storage_of[base] = tuple(into if i == position else s for i, s in enumerate(ref))
-        elif ref == source:
-            self.storage_of[base] = into
 
 
 def _schema_source(op: torch._ops.OpOverload, ret: Any) -> str | None:

@@ -163,10 +163,9 @@ def table(cases: Sequence[Case]) -> str:
 
 def summary(cases: Sequence[Case]) -> str:
     """``group_summary`` of the zoo models' cases, then of the fresh configs' (when any)."""
-    fresh = [c for c in cases if c.model.startswith(common.FRESH_PREFIX)]
-    zoo_cases = [c for c in cases if not c.model.startswith(common.FRESH_PREFIX)]
-    return "\n".join(group_summary(group, label) for group, label in
-                     ((zoo_cases, "the zoo models"), (fresh, "the fresh configs")) if group)
+    labels = {"zoo": "the zoo models", "fresh": "the fresh configs"}
+    return "\n".join(group_summary(group, labels[key]) for key, group in
+                     common.by_group(cases, lambda case: case.model).items())
 
 
 def group_summary(cases: Sequence[Case], label: str) -> str:

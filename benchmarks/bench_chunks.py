@@ -39,7 +39,7 @@ from tensorplan.zoo import Example
 from tensorplan.zoo.vision import import_torchvision
 
 DEFAULT_RUNS = 7  # calls per program timed: 3 left a row 0.15x off between two runs
-DEFAULT_COMPILES = 2
+DEFAULT_COMPILES = 1  # after one untimed compile: 2 took 2 of the 21 min alone
 REASON_CHARS = 80
 CONFIGS = ("greedy", "const-prop")
 VOCAB = 1000
@@ -172,14 +172,33 @@ def _static_cache_llama(context: int, hidden: int = 576, heads: int = 9, kv_head
     of ``context`` positions, the prompt length a plain ``Dim`` on the ids and the cache
     positions (optimum-executorch's causal-LM recipe; the zoo's ``StaticCacheStep`` wrapper
     lets a non-strict export see the cache); the example is a prompt at the bound."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tensorplan.zoo.hf import StaticCacheStep
     config = LlamaConfig(num_hidden_layers=2, hidden_size=hidden, num_attention_heads=heads,
                          num_key_value_heads=kv_heads, intermediate_size=intermediate,
                          vocab_size=VOCAB, max_position_embeddings=context)
-    model = LlamaForCausalLM(config).eval()
+    return _static_cache_decoder(LlamaForCausalLM(config), context)
+
+
+def _static_cache_gpt_neox(context: int) -> Example:
+    """``_static_cache_llama``'s recipe over a GPT-NeoX (Pythia's family, which the zoo lacks:
+    rotary on a quarter of each head, attention and MLP in parallel), 2 layers 384 wide."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(num_hidden_layers=2, hidden_size=384, num_attention_heads=6,
+                           intermediate_size=1536, vocab_size=VOCAB,
+                           max_position_embeddings=context, rotary_pct=0.25)
+    return _static_cache_decoder(GPTNeoXForCausalLM(config), context)
+
+
+def _static_cache_decoder(model: torch.nn.Module, context: int) -> Example:
+    """transformers' static-cache export of a causal LM ``model``: a cache of ``context``
+    positions, the prompt length a plain ``Dim``, the example a prompt at the bound."""
+    from transformers import GenerationConfig
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    from tensorplan.zoo.hf import StaticCacheStep
+    model = model.eval()
     model.generation_config = GenerationConfig(
         use_cache=True, cache_implementation="static",
         cache_config={"batch_size": 1, "max_cache_len": context})
@@ -386,7 +405,7 @@ def summary(rows: Sequence[Row]) -> str:
     larger = [row.model for row in rows if row.on.plan.arena_bytes > row.off.plan.arena_bytes]
     text_clause = (f"the text models at real lengths plan a median {statistics.median(text):.2f}x "
                    f"of ExecuTorch's best (target <= {TARGET:.2f}x); " if text else "")
-    fresh = [ratio for name, ratio in ratios.items() if name.startswith(common.FRESH_PREFIX)]
+    fresh = [ratios[name] for name in common.by_group(ratios, str).get("fresh", [])]
     text_clause += (f"the {len(fresh)} fresh configs (other widths, depths and lengths, and "
                     f"GPT-NeoX, a family the zoo lacks) a median "
                     f"{statistics.median(fresh):.2f}x; " if fresh else "")
@@ -467,8 +486,9 @@ def report(rows: Sequence[Row], runs: int, compiles: int,
         "smaller arena of its greedy and const-prop lowerings among those that load and equal "
         "eager. Shipped: the chunked program through `to_executorch`, run in ExecuTorch's "
         f"runtime and equal to eager. Run: eager's median ms over {runs} calls, then "
-        "`Program.run` / eager without and with chunks (one thread, interleaved). Compile: the "
-        f"fastest of {compiles} tries of each, interleaved.\n\n",
+        "`Program.run` / eager without and with chunks (one thread, interleaved). Compile: "
+        + (f"the fastest of {compiles} tries of each, interleaved" if compiles > 1 else
+           "one try of each") + ", after an untimed compile.\n\n",
         table(rows), "\n" if products else "",
         product_table(products, product_runs) if products else ""])
 

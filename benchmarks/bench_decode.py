@@ -3,7 +3,8 @@
 Usage: ``python benchmarks/bench_decode.py [--out FILE] [--models a,b] [--runs N]``
 
 The recipes' exports (``bench_chunks``' builders: ExecuTorch's Llama with its KV cache and a
-plain token ``Dim``, transformers' static-cache decoder; a fresh config beside them) are one
+plain token ``Dim``, transformers' static-cache decoder; fresh configs beside them: another
+Llama shape, and the static-cache recipe over GPT-NeoX, a family the zoo lacks) are one
 program for both phases of generation: a prompt of any length (prefill) and one token at a
 time (decode). ``chunks="auto"`` runs each layer as a loop over chunks of ``ceil(S / n)`` rows
 (``rewrite/loop.py``), so a decode step is one chunk of one row. For each model: eager
@@ -25,16 +26,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import bench_chunks
 import common
 import torch
-from bench_chunks import MODELS
 from torch.utils import _pytree as pytree
 
 import tensorplan as tp
 from tensorplan.zoo import Example
 
-CASES = ("recipe_executorch_llama_1024", "recipe_static_cache_llama_1024",
-         "fresh_recipe_executorch_llama_768")
+CASES: dict[str, Callable[[], Example]] = {
+    name: bench_chunks.MODELS[name] for name in (
+        "recipe_executorch_llama_1024", "recipe_static_cache_llama_1024",
+        "fresh_recipe_executorch_llama_768")}
+CASES["fresh_recipe_static_cache_gpt_neox_768"] = \
+    lambda: bench_chunks._static_cache_gpt_neox(768)
 DEFAULT_RUNS = 9  # interleaved rounds: 5 left a prefill 0.13x off between two runs
 TARGET_PTE = 1.15     # issue 47 item 5: chunked .pte / unchunked .pte
 TARGET_PYTHON = 1.3   # chunked Program.run / unchunked
@@ -101,15 +106,28 @@ def _first(outputs: Any) -> torch.Tensor:
     return pytree.tree_leaves(outputs)[0]
 
 
+def _ratios(results: dict[str, Measured], runtime: str) -> list[float]:
+    """Chunked over unchunked in ``runtime`` ("python" or "pte"), per model and phase."""
+    return [times[f"{runtime} on"] / times[f"{runtime} off"] for found in results.values()
+            for times in (found.prefill, found.decode)]
+
+
+def _ratio_clause(results: dict[str, Measured], label: str) -> str:
+    python, pte = _ratios(results, "python"), _ratios(results, "pte")
+    return (f"over the {len(results)} {label}' prefill at the bound and decode step: in the "
+            f"Python runtime median {statistics.median(python):.2f}x, max {max(python):.2f}x "
+            f"(target <= {TARGET_PYTHON}x); the `.pte` in ExecuTorch's runtime median "
+            f"{statistics.median(pte):.2f}x, max {max(pte):.2f}x (target <= {TARGET_PTE}x)")
+
+
 def report(results: dict[str, Measured], runs: int) -> str:
-    """A row per model and phase, and the ratios the issue's targets read."""
-    rows, ratios = [], {"python": [], "pte": []}
+    """A row per model and phase, and the ratios the issue's targets read, for the zoo's
+    shapes and for the fresh configs."""
+    rows = []
     for model, found in results.items():
         for phase, times in (("prefill", found.prefill), ("decode", found.decode)):
             python = times["python on"] / times["python off"]
             pte = times["pte on"] / times["pte off"]
-            ratios["python"].append(python)
-            ratios["pte"].append(pte)
             rows.append([model, phase, f"{times['eager']:.1f}",
                          f"{times['python off']:.1f} → {times['python on']:.1f}",
                          f"{python:.2f}x",
@@ -118,12 +136,11 @@ def report(results: dict[str, Measured], runs: int) -> str:
         rows[-1].append("yes" if equal else
                         "NO: " + ", ".join(n for n, ok in found.equal.items() if not ok))
         rows[-2].append(f"{found.arena['pte off']:,} → {found.arena['pte on']:,} B")
-    return (f"**Summary**: chunked / unchunked, over the {len(results)} models' prefill at the "
-            f"bound and decode step: in the Python runtime median "
-            f"{statistics.median(ratios['python']):.2f}x, max {max(ratios['python']):.2f}x "
-            f"(target <= {TARGET_PYTHON}x); the `.pte` in ExecuTorch's runtime median "
-            f"{statistics.median(ratios['pte']):.2f}x, max {max(ratios['pte']):.2f}x "
-            f"(target <= {TARGET_PTE}x).\n\n"
+    labels = {"zoo": "zoo shapes", "fresh": "fresh configs"}
+    groups = common.by_group(results, str)
+    clauses = "; ".join(_ratio_clause({name: results[name] for name in names}, labels[key])
+                        for key, names in groups.items())
+    return (f"**Summary**: chunked / unchunked, {clauses}.\n\n"
             f"Median ms of {runs} interleaved rounds, one thread; off → on is `chunks=None` → "
             f"`chunks=\"auto\"`. The last column: the `.pte` arenas (prefill row) and whether "
             f"every program's decode step after the same prefill equals eager's (decode row)."
@@ -142,8 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
     results = {}
+    builders = {**bench_chunks.MODELS, **CASES}  # --models may name any of bench_chunks'
     for name in options.models.split(",") if options.models else CASES:
-        results[name] = measure(MODELS[name], options.runs)
+        results[name] = measure(builders[name], options.runs)
         print(f"{name}: done", file=sys.stderr, flush=True)
     common.emit(report(results, options.runs), options.out)
     return 0

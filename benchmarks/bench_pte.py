@@ -233,10 +233,9 @@ def table(rows: Sequence[Row]) -> str:
 
 def summary(rows: Sequence[Row]) -> str:
     """``group_summary`` of the zoo's rows, then of the fresh configs' (when any ran)."""
-    fresh = [row for row in rows if row.model.startswith(common.FRESH_PREFIX)]
-    zoo_rows = [row for row in rows if not row.model.startswith(common.FRESH_PREFIX)]
-    return "".join(group_summary(group, label) for group, label in
-                   ((zoo_rows, "zoo"), (fresh, "fresh-config")) if group)
+    labels = {"zoo": "zoo", "fresh": "fresh-config"}
+    return "".join(group_summary(group, labels[key]) for key, group in
+                   common.by_group(rows, lambda row: row.model).items())
 
 
 def group_summary(rows: Sequence[Row], label: str) -> str:

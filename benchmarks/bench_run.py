@@ -446,12 +446,10 @@ def _failures_note(failures: dict[str, str]) -> str:
 
 def summary(latencies: Sequence[Latency], coverages: Sequence[Coverage]) -> str:
     """``group_summary`` of the zoo's rows, then of the fresh configs' (when any ran)."""
-    groups = {"zoo": (lambda name: not name.startswith(common.FRESH_PREFIX)),
-              "fresh-config": (lambda name: name.startswith(common.FRESH_PREFIX))}
-    return "".join(group_summary([row for row in latencies if keep(row.model)],
-                                 [row for row in coverages if keep(row.model)], label)
-                   for label, keep in groups.items()
-                   if any(keep(row.model) for row in coverages))
+    labels = {"zoo": "zoo", "fresh": "fresh-config"}
+    timed = common.by_group(latencies, lambda row: row.model)
+    return "".join(group_summary(timed.get(key, []), group, labels[key]) for key, group in
+                   common.by_group(coverages, lambda row: row.model).items())
 
 
 def group_summary(latencies: Sequence[Latency], coverages: Sequence[Coverage],

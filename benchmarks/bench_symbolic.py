@@ -86,6 +86,20 @@ def _fresh_distilbert() -> Example:
                    dynamic_shapes=({1: Dim("seq", min=2, max=96)},))
 
 
+def _fresh_gpt_neox() -> Example:
+    """A GPT-NeoX (Pythia's family, which the zoo lacks): 2 layers, hidden 160, 5 heads with
+    rotary on half of each, the sequence dynamic in [2, 160]."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from tensorplan.zoo.hf import LogitsOnly
+    config = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=160, num_attention_heads=5,
+                           intermediate_size=640, num_hidden_layers=2,
+                           max_position_embeddings=160, rotary_pct=0.5, use_cache=False)
+    return Example(LogitsOnly(GPTNeoXForCausalLM(config)).eval(),
+                   (torch.randint(0, VOCAB, (1, 40)),),
+                   dynamic_shapes=({1: Dim("seq", min=2, max=160)},))
+
+
 def _fresh_bert_two_dims() -> Example:
     """A BERT with two dynamic dims: 2 layers, hidden 96, 3 heads, batch in [1, 4] and the
     sequence in [8, 48]."""
@@ -113,6 +127,7 @@ MODELS: dict[str, Callable[[], Example]] = {
     "fresh_llama_192 (dynamic seq)": _fresh_llama,
     "fresh_distilbert_192 (dynamic seq)": _fresh_distilbert,
     "fresh_bert_96 (dynamic batch and seq)": _fresh_bert_two_dims,
+    "fresh_gpt_neox_160 (dynamic seq)": _fresh_gpt_neox,
 }
 
 
@@ -248,14 +263,13 @@ def _above(rows: Sequence[Row]) -> str:
 
 def report(rows: Sequence[Row], runs: int) -> str:
     points = [(r, p) for r in rows for p in r.points]
-    fresh = [r for r in rows if r.name.startswith(common.FRESH_PREFIX)]
-    zoo_rows = [r for r in rows if not r.name.startswith(common.FRESH_PREFIX)]
     worst = max(p.arena / p.bound for _, p in points)
     at_upper = all(r.points[-1].arena <= r.program.plan.arena_bytes for r in rows)
     equal = all(p.equal for _, p in points)
     upper_faster = sum(p.times["upper"] < p.times["grow"] for _, p in points)
-    groups = "; ".join(f"{label}: at most {_worst(group)}" for group, label in
-                       ((zoo_rows, "the zoo's"), (fresh, "the fresh configs'")) if group)
+    labels = {"zoo": "the zoo's", "fresh": "the fresh configs'"}
+    groups = "; ".join(f"{labels[key]}: at most {_worst(group)}" for key, group in
+                       common.by_group(rows, lambda row: row.name).items())
     return "".join([
         f"**Summary**: over {len(rows)} dynamic models and {len(points)} sizes (every "
         f"combination of each dim's sizes), the symbolic arena over the lower bound at its "

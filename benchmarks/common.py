@@ -14,9 +14,9 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils import _pytree as pytree
@@ -101,6 +101,18 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def chosen_models(options: argparse.Namespace) -> list[str]:
     """The models ``add_model_arguments``' options name."""
     return options.models.split(",") if options.models else model_names(options.full)
+
+
+Item = TypeVar("Item")
+
+
+def by_group(items: Iterable[Item], name_of: Callable[[Item], str]) -> dict[str, list[Item]]:
+    """``items`` split by their model's name: ``"zoo"``, then ``"fresh"`` (the names starting
+    with ``FRESH_PREFIX``), each in the items' order; a group with no item is left out."""
+    groups: dict[str, list[Item]] = {"zoo": [], "fresh": []}
+    for item in items:
+        groups["fresh" if name_of(item).startswith(FRESH_PREFIX) else "zoo"].append(item)
+    return {label: group for label, group in groups.items() if group}
 
 
 def selection_note(names: Sequence[str]) -> str:

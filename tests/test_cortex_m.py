@@ -235,6 +235,31 @@ def test_the_patched_program_ships_its_plan_and_its_pte_runs_bitwise_equal_emula
         run_pte(shipped.manager.buffer, [image])
 
 
+@pytest.mark.parametrize("prefer", ["arena", "time"])
+def test_no_kernel_scratch_is_shipped_as_a_constant(
+        cortex_m: tuple[CortexMFlow, torch.Tensor], prefer: str) -> None:
+    """A CMSIS-NN kernel writes its ``scratch`` buffer (an ``alloc`` of the Cortex-M passes),
+    though its schema reads it: the ``.pte`` must plan it in the arena, as ExecuTorch's own
+    lowering does, never fold it into the constants (a device keeps those in flash). The
+    program is lowered as the edge program it is: ``to_edge`` of it again made each ``alloc``
+    an ``empty``, which constant propagation folded (DS-CNN's ``.pte`` was 16,000 B with
+    10,576 B of scratch among its constants)."""
+    from tensorplan.rewrite.int8 import scratch_position
+
+    flow, image = cortex_m
+    program = tp.compile(flow.manager)
+    shipped = lower(program, prefer=prefer)
+    kept = shipped.manager.exported_program()
+    constants = {node.name for node in kept.graph.nodes if node.op == "placeholder"}
+    scratches = [node.args[position] for node in kept.graph.nodes
+                 if node.op == "call_function" and (position := scratch_position(node)) is not None]
+    assert scratches and not [s.name for s in scratches if s.name in constants]
+    assert shipped.arena_bytes == program.plan.arena_bytes
+    assert shipped.arena_bytes <= executorch_planned_bytes(flow.manager)
+    (emulated,) = emulate_pte(shipped.manager.buffer, [image])
+    assert torch.equal(emulated, flow.manager.exported_program().module()(image))
+
+
 def test_the_patched_program_without_the_image_ships_without_it(
         blocks: tuple[CortexMFlow, torch.Tensor]) -> None:
     """Compiled with the image outside the arena, the ``.pte`` leaves it out too

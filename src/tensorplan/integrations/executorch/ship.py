@@ -41,6 +41,7 @@ from tensorplan.integrations.executorch.fold import (
 from tensorplan.integrations.executorch.identities import identity_copies_removed
 from tensorplan.integrations.executorch.loops import with_stacked_outputs_sized
 from tensorplan.integrations.executorch.rewrite import NONE, ProductRewrites, fast_products
+from tensorplan.integrations.executorch.scratch import scratch_as_allocs
 from tensorplan.options import CompileOptions, chosen_options
 
 if TYPE_CHECKING:
@@ -176,6 +177,8 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     if edge is program:  # the caller's: it is not modified
         edge = _sharing_constants(edge)
     with torch.no_grad():
+        for method in edge.methods:  # before any rewrite or folding: a scratch is no constant
+            scratch_as_allocs(edge.exported_program(method))
         products = sum((fast_products(edge.exported_program(m)) for m in edge.methods), NONE)
         identities = sum(identity_copies_removed(edge.exported_program(m))
                          for m in edge.methods)

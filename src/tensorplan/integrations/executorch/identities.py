@@ -36,6 +36,8 @@ import torch.fx
 from torch.export.graph_signature import OutputKind
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from tensorplan.integrations.executorch.vocabulary import nodes_replaced
+
 
 def same_size(a: Any, b: Any) -> bool:
     """True when two sizes are known equal (ints, or symbols proven equal)."""
@@ -112,19 +114,14 @@ def buffer_values(exported_program: Any) -> set[str]:
 def identity_copies_removed(exported_program: Any) -> int:
     """Rewrite the edge program in place (see the module docstring); return how many copies
     were dropped."""
-    graph = exported_program.graph
     mutated = buffer_values(exported_program)
-    dropped = 0
-    for node in list(graph.nodes):
+
+    def source(node: torch.fx.Node) -> torch.fx.Node | None:
         if node.op != "call_function" or not _unchanged(node):
-            continue
-        source = node.args[0]
-        if any(user.op == "output" for user in node.users) or source.op not in (
-                "call_function", "placeholder") or source.name in mutated:
-            continue
-        node.replace_all_uses_with(source)
-        graph.erase_node(node)
-        dropped += 1
-    if dropped:
-        exported_program.graph_module.recompile()
-    return dropped
+            return None
+        copied = node.args[0]
+        if any(user.op == "output" for user in node.users) or copied.op not in (
+                "call_function", "placeholder") or copied.name in mutated:
+            return None
+        return copied
+    return nodes_replaced(exported_program, source)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch.fx
 
-from tensorplan.integrations.executorch.vocabulary import is_alloc
+from tensorplan.integrations.executorch.vocabulary import is_alloc, nodes_replaced
 from tensorplan.rewrite.int8 import scratch_position
 
 
@@ -26,21 +26,19 @@ def scratch_as_allocs(exported_program: Any) -> int:
     ``empty``) an ``exir.memory.alloc`` of its shape and dtype; return how many."""
     from executorch.exir import memory
 
-    graph = exported_program.graph
-    made = 0
-    for node in list(graph.nodes):
-        position = scratch_position(node)
-        buffer = node.args[position] if position is not None else None
-        if not isinstance(buffer, torch.fx.Node) or buffer.op != "call_function" \
-                or is_alloc(buffer) or buffer.all_input_nodes:
-            continue
-        value = buffer.meta["val"]
-        with graph.inserting_before(buffer):
-            alloc = graph.call_function(memory.alloc, ((tuple(value.shape), value.dtype),))
-        alloc.meta.update(buffer.meta)
-        buffer.replace_all_uses_with(alloc)
-        graph.erase_node(buffer)
-        made += 1
-    if made:
-        exported_program.graph_module.recompile()
-    return made
+    def alloc(node: torch.fx.Node) -> torch.fx.Node | None:
+        if node.op != "call_function" or is_alloc(node) or node.all_input_nodes \
+                or not any(_reads_as_scratch(user, node) for user in node.users):
+            return None
+        value = node.meta["val"]
+        with exported_program.graph.inserting_before(node):
+            made = exported_program.graph.call_function(
+                memory.alloc, ((tuple(value.shape), value.dtype),))
+        made.meta.update(node.meta)
+        return made
+    return nodes_replaced(exported_program, alloc)
+
+
+def _reads_as_scratch(user: torch.fx.Node, node: torch.fx.Node) -> bool:
+    position = scratch_position(user)
+    return position is not None and user.args[position] is node

@@ -9,6 +9,7 @@ in ``storage_base`` (tensorplan's links, ``links.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch.fx
@@ -128,3 +129,22 @@ def written_arguments(node: torch.fx.Node) -> list[torch.fx.Node]:
     return [named[a.name] for a in schema.arguments
             if a.alias_info is not None and a.alias_info.is_write and a.name not in outs
             and isinstance(named.get(a.name), torch.fx.Node)]
+
+
+def nodes_replaced(exported_program: Any,
+                   replacement: Callable[[torch.fx.Node], torch.fx.Node | None]) -> int:
+    """Rewrite the program in place: every node for which ``replacement`` gives another node
+    (one already in the graph, or made by it before this one) has its readers read that node
+    and is erased; the graph is recompiled when any was. Return how many were replaced."""
+    graph = exported_program.graph
+    replaced = 0
+    for node in list(graph.nodes):
+        other = replacement(node)
+        if other is None:
+            continue
+        node.replace_all_uses_with(other)
+        graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        exported_program.graph_module.recompile()
+    return replaced

@@ -356,8 +356,9 @@ def test_auto_is_never_worse_than_greedy(buffers):
 def test_squeaky_wheel_repair_never_makes_a_plan_worse(buffers):
     inst = to_instance(Problem(tuple(buffers)))
     bound = max(section_loads(inst), default=0)
-    offsets, order = best_greedy(inst, bound, PARAMS)
-    repaired = squeaky_wheel(inst, order, offsets, bound, Budget(None, steps=20_000), PARAMS)
+    greedy = best_greedy(inst, bound, PARAMS)
+    offsets = greedy.offsets
+    repaired = squeaky_wheel(inst, greedy, bound, Budget(None, steps=20_000), PARAMS)
     assert bound <= peak_of(inst, repaired) <= peak_of(inst, offsets)
     sizes = list(inst.sizes)
     assert find_violations(sizes, list(inst.starts), list(inst.ends), repaired) == []

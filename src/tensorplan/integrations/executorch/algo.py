@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,22 @@ if TYPE_CHECKING:
     from executorch.exir.tensor import TensorSpec
 
 DEFAULT_MEM_ID = 1  # the arena ExecuTorch's greedy puts a spec in when it has no mem_id
+
+
+@dataclass(frozen=True)
+class _Arenas:
+    """How each arena of one graph is planned: the planner's options, and the bytes an
+    arena adds after its tensors."""
+
+    alignment: int
+    extra_padding: int        # ExecuTorch's ``extra_padding``, after each arena's peak
+    algorithm: str            # tensorplan's planner: "auto", "greedy", "optimal", "naive"
+    time_limit: float | None  # seconds the planner may take
+
+    def placement(self, buffers: Sequence[Buffer]) -> Any:
+        """``plan_buffers`` of ``buffers`` with these options."""
+        return plan_buffers(buffers, algorithm=self.algorithm, alignment=self.alignment,
+                            time_limit=self.time_limit)
 Slot = tuple[int, int]  # (mem_id, byte offset) of one spec
 
 
@@ -100,11 +117,11 @@ def tensorplan_algo(
     if regions:  # the bodies are regions of the arena where they run, not its prefix
         reserved = []
     own = [spec for spec in specs if spec.storage_base is None]
+    arenas = _Arenas(alignment, extra_padding, algorithm, time_limit)
     if banks is not None:
-        _bank_mem_ids(banks, own, graph_module, reserved, alignment, extra_padding, algorithm,
-                      time_limit)
-    slots, bufsizes, offsets = _plan_arenas(own, reserved, alignment, extra_padding, algorithm,
-                                            time_limit, [region.buffer for region in regions])
+        _bank_mem_ids(banks, own, graph_module, reserved, arenas)
+    slots, bufsizes, offsets = _plan_arenas(own, reserved, arenas,
+                                            [region.buffer for region in regions])
     place_bodies(regions, offsets)
     for spec in specs:
         if spec.storage_base is not None:
@@ -118,8 +135,7 @@ def tensorplan_algo(
 
 
 def _bank_mem_ids(banks: BankSetup, specs: Sequence[TensorSpec], graph_module: Any,
-                  reserved: Sequence[int], alignment: int, extra_padding: int, algorithm: str,
-                  time_limit: float | None) -> None:
+                  reserved: Sequence[int], arenas: _Arenas) -> None:
     """Each spec's bank as its ``mem_id``: chosen at the top level, the slowest inside."""
     if graph_module is not banks.top:
         for spec in specs:
@@ -130,9 +146,7 @@ def _bank_mem_ids(banks: BankSetup, specs: Sequence[TensorSpec], graph_module: A
     def arena_of(group: Sequence[TensorSpec]) -> int:
         if not group:
             return 0
-        placement = plan_buffers([_to_buffer(s) for s in group], algorithm=algorithm,
-                                 alignment=alignment, time_limit=time_limit)
-        return placement.peak + extra_padding
+        return arenas.placement([_to_buffer(s) for s in group]).peak + arenas.extra_padding
 
     assign_mem_ids(banks, specs, graph_module, reserved, arena_of)
 
@@ -152,10 +166,7 @@ def memory_planning_module() -> ModuleType:
 def _plan_arenas(
     specs: Sequence[TensorSpec],
     reserved: Sequence[int],
-    alignment: int,
-    extra_padding: int,
-    algorithm: str,
-    time_limit: float | None,
+    arenas: _Arenas,
     regions: Sequence[Buffer] = (),
 ) -> tuple[dict[TensorSpec, Slot], list[int], list[int]]:
     """Plan each arena's specs after its reserved prefix, with ``regions`` (control-flow
@@ -174,16 +185,14 @@ def _plan_arenas(
     slots: dict[TensorSpec, Slot] = {}
     offsets: list[int] = []
     for mem_id, group in groups.items():
-        base = _round_up(reserved[mem_id] if mem_id < len(reserved) else 0, alignment)
+        base = _round_up(reserved[mem_id] if mem_id < len(reserved) else 0, arenas.alignment)
         extra = list(regions) if mem_id == DEFAULT_MEM_ID else []
         buffers = [_to_buffer(spec) for spec in group] + extra
-        placement = plan_buffers(
-            buffers, algorithm=algorithm, alignment=alignment, time_limit=time_limit
-        )
+        placement = arenas.placement(buffers)
         for spec, offset in zip(group, placement.offsets, strict=False):
             slots[spec] = (mem_id, base + offset)
         offsets += [base + offset for offset in placement.offsets[len(group):]]
-        bufsizes[mem_id] = base + placement.peak + extra_padding
+        bufsizes[mem_id] = base + placement.peak + arenas.extra_padding
     return slots, bufsizes, offsets
 
 

@@ -284,13 +284,12 @@ def _in_place_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules
                if tensor_spec(arg) is not None and arg is not node.kwargs.get("out")}
     for name in [n for n in tensors if n in allowed]:
         arg = tensors[name]
-        base_node = view_base(arg)
-        base, root = tensor_spec(base_node), groups.find(tensor_spec(arg))
+        root = groups.find(tensor_spec(arg))
         if any(groups.find(tensor_spec(other)) == root and other_name not in allowed
                for other_name, other in tensors.items()):
             continue
-        if _overwritable(arg, base_node, base, out, out_value, rules, reshape) \
-                and groups.dies_at(base, index):
+        base = _overwritable_base(arg, out, out_value, rules, reshape)
+        if base is not None and groups.dies_at(base, index):
             return Link(out, base, 0, "in-place", node.name)
     return None
 
@@ -314,31 +313,32 @@ def _loop_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules: Li
             or id(out) not in rules.planned:
         return None
     for arg in sliced:
-        base_node = view_base(arg)
-        base = tensor_spec(base_node)
-        if _overwritable(arg, base_node, base, out, out_value, rules, reshape=False) \
+        base = _overwritable_base(arg, out, out_value, rules, reshape=False)
+        if base is not None \
                 and sum(groups.find(tensor_spec(a)) == groups.find(base) for a in sliced) == 1 \
                 and groups.dies_at(base, index):
             return Link(out, base, 0, "in-place", node.name)
     return None
 
 
-def _overwritable(arg: torch.fx.Node, base_node: torch.fx.Node, base: Any, out: Any,
-                  out_value: torch.Tensor, rules: LinkRules, reshape: bool) -> bool:
-    """True when ``out`` may take the bytes of ``base`` (the storage of ``arg``): same shape
-    (symbolically; for a byte copy, the same number of elements), dtype and dense layout, and
-    ``base`` is a planned, non-constant value."""
-    value = arg.meta.get("val")
+def _overwritable_base(arg: torch.fx.Node, out: Any, out_value: torch.Tensor, rules: LinkRules,
+                       reshape: bool) -> Any:
+    """The spec of ``arg``'s storage (its view base's) when ``out`` may take its bytes: same
+    shape (symbolically; for a byte copy, the same number of elements), dtype and dense
+    layout, and a planned, non-constant value; None otherwise."""
+    base_node = view_base(arg)
+    base, value = tensor_spec(base_node), arg.meta.get("val")
     if not isinstance(value, torch.Tensor) or base is None:
-        return False
+        return None
     if base_node.op == "placeholder" and not rules.inputs:
-        return False
+        return None
     same_shape = str(value.numel()) == str(out_value.numel()) if reshape \
         else [str(d) for d in value.shape] == [str(d) for d in out_value.shape]
-    return (same_shape and value.dtype == out_value.dtype and id(base) in rules.planned
+    fits = (same_shape and value.dtype == out_value.dtype and id(base) in rules.planned
             and not base.const and is_contiguous(out) and is_contiguous(base)
             and base.allocated_memory >= out.allocated_memory
             and (arg is base_node or base.nbytes() == out.nbytes()))
+    return base if fits else None
 
 
 def _pad_link(node: torch.fx.Node, index: int, groups: StorageGroups, rules: LinkRules,

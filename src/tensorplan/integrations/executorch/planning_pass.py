@@ -132,14 +132,20 @@ class GraphPlan:
     bank_copies: int = 0               # with banks: values copied once to another bank
 
 
-@dataclass(frozen=True)
-class _Trial:
-    """One node order and kinds of link, planned with tensorplan's greedy."""
+class _Tried(NamedTuple):
+    """What one trial tries: a node order and kinds of link."""
 
     step: str  # what the trial adds, as ``GraphPlan.steps`` names it
     order: str  # the node order ("exported" or a name of ``order.candidate_orders``)
     kinds: tuple[str, ...]  # the kinds of link looked for (``_ALL_LINKS`` or fewer)
     nodes: list[torch.fx.Node]  # the graph's nodes in that order
+
+
+@dataclass(frozen=True)
+class _Trial:
+    """One node order and kinds of link, planned with tensorplan's greedy."""
+
+    tried: _Tried
     links: list[Link]  # the links found
     arena: int  # the greedy's arena, in bytes
     bound: int  # no plan of this order and these links needs fewer bytes
@@ -157,7 +163,7 @@ def _kept_first(trial: _Trial) -> tuple[int, bool]:
     kinds of link than ``_ALL_LINKS``. A trial with fewer kinds measures what one technique
     gives (``GraphPlan.steps``) and is kept only when strictly smaller; of equal keys ``min``
     keeps the first trial (the exported order, then ``order.candidate_orders``' order)."""
-    return trial.arena, trial.kinds != _ALL_LINKS
+    return trial.arena, trial.tried.kinds != _ALL_LINKS
 
 
 class TensorplanPlanningPass(MemoryPlanningPass):
@@ -185,7 +191,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         original = _storage_bases(graph_module)
         trials = self._trials(graph_module, graph_signature, original)
         best = min(trials, key=_kept_first)
-        apply_order(graph_module, best.nodes)
+        apply_order(graph_module, best.tried.nodes)
         _restore(original)
         apply_links(best.links)
         sub_links = self._subgraph_links(graph_module, graph_signature)
@@ -201,11 +207,11 @@ class TensorplanPlanningPass(MemoryPlanningPass):
         self._verify(graph_module, graph_signature, bufsizes)
         _settle_loop_views(graph_module)
         prefix = sum(getattr(graph_module, "input_mem_buffer_sizes", None) or [])
-        steps = tuple(Step(trial.step, trial.arena + prefix) for trial in trials)
+        steps = tuple(Step(trial.tried.step, trial.arena + prefix) for trial in trials)
         live = _liveness(graph_module, graph_signature)
         self.plans.append(GraphPlan(
             arena_bytes=sum(bufsizes[1:]), lower_bound_bytes=prefix + best.bound,
-            order=best.order, in_place=sum(link.kind == "in-place" for link in best.links)
+            order=best.tried.order, in_place=sum(link.kind == "in-place" for link in best.links)
             + sum(link.kind == "in-place" for link in sub_links),
             concat=sum(link.kind in ("concat", "pad") for link in best.links + sub_links),
             steps=steps, peak_values=live.peak_values, load=live.load, storages=live.storages,
@@ -324,25 +330,23 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             if self.options.reorder else {"exported": list(graph_module.graph.nodes)}
         trials = []
         exported = orders.pop("exported")
-        for step, kinds in _EXPORTED_STEPS:
-            trials.append(self._trial(graph_module, graph_signature, original, step,
-                                      "exported", exported, kinds))
-        for name, nodes in orders.items():
-            trials.append(self._trial(graph_module, graph_signature, original,
-                                      f"+ order {name} (links found again)", name, nodes,
-                                      _ALL_LINKS))
+        tried = [_Tried(step, "exported", kinds, exported) for step, kinds in _EXPORTED_STEPS]
+        tried += [_Tried(f"+ order {name} (links found again)", name, _ALL_LINKS, nodes)
+                  for name, nodes in orders.items()]
+        for asked in tried:
+            trials.append(self._trial(graph_module, graph_signature, original, asked))
         apply_order(graph_module, exported)
         _restore(original)
         return trials
 
     def _trial(self, graph_module: torch.fx.GraphModule, graph_signature: Any,
-               original: dict[Any, tuple[Any, int]], step: str, order: str,
-               nodes: list[torch.fx.Node], kinds: tuple[str, ...]) -> _Trial:
-        """The graph in ``nodes``' order with the links of ``kinds``, planned with tensorplan's
-        greedy (the links and that order are left on the graph)."""
-        apply_order(graph_module, nodes)
+               original: dict[Any, tuple[Any, int]], asked: _Tried) -> _Trial:
+        """The graph in ``asked.nodes``' order with the links of ``asked.kinds``, planned with
+        tensorplan's greedy (the links and that order are left on the graph)."""
+        apply_order(graph_module, asked.nodes)
         _restore(original)
-        rules = self._rules(graph_module, graph_signature, True, self.alloc_graph_input, kinds)
+        rules = self._rules(graph_module, graph_signature, True, self.alloc_graph_input,
+                            asked.kinds)
         links = find_links(graph_module.graph, graph_signature, rules)
         apply_links(links)
         _reset_lifetimes(graph_module)
@@ -354,8 +358,7 @@ class TensorplanPlanningPass(MemoryPlanningPass):
             spec.realign(self.alignment)
         buffers = [Buffer(s.allocated_memory, s.lifetime[0], s.lifetime[1] + 1) for s in specs]
         placement = plan_buffers(buffers, algorithm="greedy", alignment=self.alignment)
-        return _Trial(step, order, kinds, nodes, links, placement.peak,
-                      lower_bound(buffers, self.alignment))
+        return _Trial(asked, links, placement.peak, lower_bound(buffers, self.alignment))
 
     def _subgraph_links(self, graph_module: torch.fx.GraphModule,
                         graph_signature: Any) -> list[Link]:

@@ -26,7 +26,7 @@ from tensorplan.plan.planners.exact.windows import Windows
 from tensorplan.plan.planners.greedy.portfolio import best_greedy
 from tensorplan.plan.planners.greedy.repair import squeaky_wheel
 from tensorplan.plan.planners.params import PlannerParams
-from tensorplan.plan.planners.problem.instance import Instance, peak_of
+from tensorplan.plan.planners.problem.instance import Instance, Placed, peak_of
 
 
 @dataclass(frozen=True)
@@ -61,24 +61,23 @@ def plan_optimal(
     large = len(inst.sizes) >= params.repair_min_buffers
     best, lo = greedy, bound
     if large:
-        best = _repair(inst, order, best, bound, budget, params, params.repair_share,
-                       params.repair_patience)
+        best = _repair(inst, Placed(best, order), bound, budget, params, last=False)
     if peak_of(inst, best) > bound:
         probe = Windows(inst, order, params).probe if large else _whole_probe(inst, params)
         best, lo = _capacity_search(inst, probe, bound, best, budget, params)
     if large and peak_of(inst, best) > lo and not budget.expired:
-        best = _repair(inst, order, best, bound, budget, params, 1.0, None)
+        best = _repair(inst, Placed(best, order), bound, budget, params, last=True)
     best_peak = peak_of(inst, best)
     return SearchOutcome(best, lo >= best_peak, best_peak < greedy_peak)
 
 
-def _repair(
-    inst: Instance, order: list[int], offsets: list[int], bound: int, budget: Budget,
-    params: PlannerParams, share: float, patience: int | None,
-) -> list[int]:
-    """Squeaky-wheel repair of ``offsets`` with a share of what ``budget`` has left."""
+def _repair(inst: Instance, placed: Placed, bound: int, budget: Budget, params: PlannerParams,
+            last: bool) -> list[int]:
+    """Squeaky-wheel repair of ``placed``: with ``params.repair_share`` of what ``budget`` has
+    left and ``params.repair_patience``, or (``last``) with all of it until it ends."""
+    share, patience = (1.0, None) if last else (params.repair_share, params.repair_patience)
     repair = Budget(budget.left(), _steps_left(budget, share))
-    best = squeaky_wheel(inst, order, offsets, bound, repair, params, patience)
+    best = squeaky_wheel(inst, placed, bound, repair, params, patience)
     budget.spend(repair.steps)
     return best
 

@@ -14,7 +14,7 @@ from tensorplan.errors import PlanError
 from tensorplan.plan.planners.greedy.best_fit import placement_steps
 from tensorplan.plan.planners.greedy.sweep import STACK_ORDERS, sweep_order, sweep_steps
 from tensorplan.plan.planners.params import PlannerParams
-from tensorplan.plan.planners.problem.instance import Instance, section_loads
+from tensorplan.plan.planners.problem.instance import Instance, Placed, section_loads
 
 
 def _by_size(inst: Instance, i: int, peak_load: list[int]) -> tuple[int, ...]:
@@ -116,7 +116,7 @@ def plan_greedy(inst: Instance, bound: int, params: PlannerParams) -> list[int]:
 
 def best_greedy(
     inst: Instance, bound: int, params: PlannerParams, wide: bool = False
-) -> tuple[list[int], list[int]]:
+) -> Placed:
     """The best plan over the portfolio (``wide`` as in ``portfolio``) and the order behind it.
 
     The passes run interleaved, always advancing the one whose running peak is lowest, and a
@@ -124,7 +124,7 @@ def best_greedy(
     running every pass in full, for a fraction of the work.
 
     >>> best_greedy(Instance((4, 2, 2), (0, 0, 1), (2, 1, 2), 2, (0, 1, 2)), 6, PlannerParams())
-    ([0, 4, 4], [0, 1, 2])
+    Placed(offsets=[0, 4, 4], order=[0, 1, 2])
     """
     n = len(inst.sizes)
     names = portfolio(n, params, wide)
@@ -144,4 +144,4 @@ def best_greedy(
             heapq.heappush(passes, (peak, rank, steps, offsets, order))
         elif best_peak is None or peak < best_peak:
             best, best_order, best_peak = offsets, order, peak
-    return best, best_order
+    return Placed(best, best_order)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from tensorplan.plan.planners.budget import Budget
 from tensorplan.plan.planners.greedy.best_fit import placement_steps
 from tensorplan.plan.planners.params import PlannerParams
-from tensorplan.plan.planners.problem.instance import Instance
+from tensorplan.plan.planners.problem.instance import Instance, Placed
 
 
 def _pass(
@@ -26,21 +26,22 @@ def _pass(
 
 
 def squeaky_wheel(
-    inst: Instance, order: list[int], offsets: list[int], bound: int, budget: Budget,
-    params: PlannerParams, patience: int | None = None,
+    inst: Instance, placed: Placed, bound: int, budget: Budget, params: PlannerParams,
+    patience: int | None = None,
 ) -> list[int]:
     """The best plan found by repeatedly promoting the buffers above ``bound``; never worse.
 
-    ``offsets`` is the plan ``order`` gave; the loop stops at ``bound``, when ``budget`` ends,
-    or after ``patience`` passes in a row that found no better plan (None: never). Each pass
-    costs ``params.steps_per_placement`` budget steps a buffer.
+    ``placed`` is the plan to repair and its order; the loop stops at ``bound``, when
+    ``budget`` ends, or after ``patience`` passes in a row that found no better plan (None:
+    never). Each pass costs ``params.steps_per_placement`` budget steps a buffer.
 
     Order [1, 0, 3, 2] peaks at 6 (buffer 2 on top); promoting buffer 2 reaches the bound 5:
 
     >>> inst = Instance((3, 3, 1, 2), (0, 3, 0, 1), (1, 5, 2, 4), 5, (0, 1, 2, 3))
-    >>> squeaky_wheel(inst, [1, 0, 3, 2], [0, 0, 5, 3], 5, Budget(None), PlannerParams())
+    >>> squeaky_wheel(inst, Placed([0, 0, 5, 3], [1, 0, 3, 2]), 5, Budget(None), PlannerParams())
     [1, 0, 0, 3]
     """
+    offsets, order = placed
     sizes = inst.sizes
     best, best_peak = offsets, max(map(sum, zip(offsets, sizes, strict=True)), default=0)
     current, idle = offsets, 0

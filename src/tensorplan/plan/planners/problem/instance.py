@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tensorplan.plan.planners.problem.data import Problem
 
@@ -30,6 +31,13 @@ class Instance:
     def width(self, i: int) -> int:
         """Lifetime length of buffer ``i`` in original steps (sections if unknown)."""
         return self.widths[i] if self.widths else self.ends[i] - self.starts[i]
+
+
+class Placed(NamedTuple):
+    """A plan of an instance and the placement order that gave it."""
+
+    offsets: list[int]  # each buffer's offset, in units
+    order: list[int]    # the buffers in the order they were placed
 
 
 def to_instance(problem: Problem) -> Instance:

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from tensorplan.rewrite.rebuild import Rebuild
-from tensorplan.rewrite.rows import _RESHAPES, Need, Rows, shape
+from tensorplan.rewrite.rows import RESHAPES, Need, Rows, shape
 
 aten = torch.ops.aten
 Span = tuple[Any, Any]  # rows [start, stop): ints, or sympy polynomials in the dynamic dims
@@ -80,7 +80,7 @@ def _one(build: Rebuild, node: torch.fx.Node, rows: Rows, args: tuple[Any, ...],
     """One region node on one chunk: its inputs already cut to the chunk's rows."""
     if node.target is aten.slice.Tensor and node.args[1] % len(shape(node)) == rows.dim:
         return args[0]  # its input was cut to the slice's rows of the chunk
-    if node.target in _RESHAPES or node.target is aten.expand.default:
+    if node.target in RESHAPES or node.target is aten.expand.default:
         size = list(args[1])
         start, stop = rows.span(chunk)
         size[rows.dim] = build.size(stop - start)

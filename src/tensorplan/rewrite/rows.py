@@ -64,7 +64,7 @@ Need = Rows | str  # what an op needs of one input: its rows, or WHOLE
 _SAME_SHAPE = frozenset({aten.clone.default, aten._to_copy.default, aten.alias.default,
                          aten.full_like.default, aten.zeros_like.default,
                          aten.ones_like.default, aten.detach.default})
-_RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
+RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
 # Reductions over the dims of one argument (position, and whether dims may be one int).
 _REDUCTIONS = {aten.sum.dim_IntList: 1, aten.mean.dim: 1, aten.amax.default: 1,
                aten.amin.default: 1, aten.any.dim: 1, aten.any.dims: 1, aten.all.dim: 1,
@@ -350,7 +350,7 @@ _RULES = {
     aten.baddbmm.default: _baddbmm, aten.native_layer_norm.default: _layer_norm,
     aten.embedding.default: _embedding, aten.index.Tensor: _index,
     operator.getitem: _getitem,
-    **dict.fromkeys(_RESHAPES, _reshape), **dict.fromkeys(_SAME_SHAPE, _same_shape),
+    **dict.fromkeys(RESHAPES, _reshape), **dict.fromkeys(_SAME_SHAPE, _same_shape),
     **dict.fromkeys(_REDUCTIONS, _reduction), **dict.fromkeys(_ALONG_ONE_DIM, _along_one_dim),
 }
 

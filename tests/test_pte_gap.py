@@ -98,3 +98,32 @@ def test_a_patched_programs_gap_is_found_through_its_own_node_names() -> None:
     assert shipped.arena_bytes > program.plan.arena_bytes
     assert pte_gap(program, shipped) == (
         Gap("aten::cat.out", "aten_cat_default_4", "input not made in its slice", 36_864),)
+
+
+class CachedGqa(torch.nn.Module):
+    """A KV cache of 2 heads written at ``pos``, read by 4 query heads (grouped-query
+    attention: each key head unsqueezed, expanded and reshaped to two)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, 2, 32, 16))
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.cache.index_copy_(2, pos, k)
+        keys = self.cache.unsqueeze(2).expand(1, 2, 2, 32, 16).reshape(1, 4, 32, 16)
+        return torch.softmax(q @ keys.transpose(-1, -2), dim=-1)
+
+
+def test_a_copy_held_beside_its_source_is_named_by_the_op_that_makes_it() -> None:
+    """The ``.pte`` expands the cache into a copy (``unsqueeze_copy`` then ``expand_copy``),
+    held at its busiest step beside the cache, where the Python plan has views of it: no op
+    reads the cache and writes the copy at that step, so the pair rule finds nothing; the
+    copy's storage, whose every value the Python plan keeps in the cache's storage, is named
+    by ``expand_copy`` with its own bytes."""
+    args = (torch.randn(1, 4, 4, 16), torch.randn(1, 2, 4, 16), torch.arange(4))
+    program = tp.compile(CachedGqa(), args)
+    shipped = lower(program)
+    assert (program.plan.arena_bytes, shipped.arena_bytes) == (15_360, 21_504)
+    assert pte_gap(program, shipped) == (
+        Gap("aten::expand_copy.out", "aten_expand_copy_default",
+            "copies where the Python plan has a view", 1 * 4 * 32 * 16 * 4),)

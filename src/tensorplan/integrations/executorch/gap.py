@@ -55,7 +55,8 @@ class Gap:
     op: str      # the out-variant kernel, e.g. "aten::constant_pad_nd.out"
     node: str    # the .pte graph's node that runs it
     reason: str  # why the .pte keeps its input apart (from kernels.py's tables)
-    nbytes: int  # bytes of the input's storage, live at the busiest step
+    nbytes: int  # bytes live at the busiest step that the Python plan holds no more: the
+    #              input's storage, or the copy's own where it is held beside its source
 
     def __str__(self) -> str:
         return f"{self.op} {self.reason}: {self.nbytes:,} B at the peak"
@@ -77,12 +78,35 @@ def pte_gap(program: Program, shipped: Shipped, method: str = "forward") -> tupl
     groups = _live_groups(made, busiest)
     storages = {root: python.storages(members) for root, members in groups.items()}
     group_of = {id(spec): root for root, members in groups.items() for spec, _ in members}
-    found = []
+    found, involved = [], set()
     for spec, (node, index) in made.values():
         gap = _gap_at(node, spec, group_of, storages, python) if index == 0 else None
         if gap is not None:
             found.append(gap)
+            involved.add(group_of[id(storage_base(spec))])
+    found += _copies_held_beside(groups, storages, made, involved, python)
     return tuple(sorted(found, key=lambda gap: -gap.nbytes))
+
+
+def _copies_held_beside(groups: Mapping[int, list[Member]], storages: Mapping[int, set[int]],
+                        made: Mapping[int, Member], involved: set[int],
+                        python: _PythonValues) -> list[Gap]:
+    """A storage live at the busiest step, made by a copy where the Python plan has a view,
+    all of whose values the Python plan holds in storages that an earlier-made storage live
+    there holds too: the ``.pte`` holds the copy beside its source, made through ops whose own
+    outputs are dead by then (an ``unsqueeze_copy`` then an ``expand_copy`` of a KV cache,
+    where the Python plan has two views of it). Named by the op that makes it, with the copy's
+    bytes; ``involved`` (those a pair gap names) left out."""
+    gaps, held = [], set()
+    for root in sorted(groups, key=lambda r: made[r][0].lifetime[0]):
+        spec, (node, _) = made[root]
+        view = node.op == "call_function" and (match := python.match(node)) is not None \
+            and is_view(match.target)
+        if view and root not in involved and storages[root] and storages[root] <= held:
+            key = op_key(node.target)
+            gaps.append(Gap(key, node.name, _reason(node, key, python), spec.allocated_memory))
+        held |= storages[root]
+    return gaps
 
 
 def describe(gaps: Sequence[Gap]) -> str:

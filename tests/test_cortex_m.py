@@ -179,6 +179,21 @@ def test_a_patched_program_saves_and_loads_with_its_plan_and_runs_bitwise_equal(
     assert "Ran into the following error" not in elsewhere.stderr  # said once, in the error
 
 
+def test_a_loaded_programs_scratch_is_planned_when_it_is_compiled_again(
+        cortex_m: tuple[CortexMFlow, torch.Tensor], tmp_path: Path) -> None:
+    """Saved, a scratch ``alloc`` is an ``empty`` of no input, which folding would compute
+    once and keep as a constant; compiled again from the loaded program, every scratch is
+    still planned in the arena, as from the manager."""
+    flow, image = cortex_m
+    prog = tp.compile(flow.manager)
+    path = tmp_path / "tiny.tplan"
+    prog.save(path)
+    again = tp.compile(tp.load(path).exported_program)
+    assert again.schedule.folded.computed == frozenset()
+    assert again.plan.arena_bytes == prog.plan.arena_bytes
+    assert torch.equal(again.run(image), flow.manager.exported_program().module()(image))
+
+
 def test_a_manager_without_a_forward_program_says_what_to_pass() -> None:
     class Methods:
         def exported_program(self, method_name: str = "forward") -> Any:
@@ -244,7 +259,7 @@ def test_no_kernel_scratch_is_shipped_as_a_constant(
     program is lowered as the edge program it is: ``to_edge`` of it again made each ``alloc``
     an ``empty``, which constant propagation folded (DS-CNN's ``.pte`` was 16,000 B with
     10,576 B of scratch among its constants)."""
-    from tensorplan.rewrite.int8 import scratch_position
+    from tensorplan.ops.schemas import scratch_position
 
     flow, image = cortex_m
     program = tp.compile(flow.manager)

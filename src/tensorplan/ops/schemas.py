@@ -1,5 +1,5 @@
-"""What operator schemas say, shared by the stages that read them (alias analysis, the
-runtime)."""
+"""What operator schemas say, shared by the stages that read them (the rewrites, alias
+analysis, constant folding, the runtime, the ExecuTorch integration)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import functools
 from collections.abc import Iterable
 
 import torch
+import torch.fx
 
 
 def signature(arguments: Iterable[torch.Argument]) -> list[tuple[str, str]]:
@@ -61,3 +62,20 @@ def reads_only_metadata(op: torch._ops.OpOverload) -> bool:
     name = op._schema.name.partition("::")[2]
     options = {a.name for a in op._schema.arguments if a.kwarg_only}
     return _FACTORY_OPTIONS <= options and (name.endswith("_like") or name.startswith("new_"))
+
+
+def scratch_position(node: torch.fx.Node) -> int | None:
+    """The position of a kernel's ``scratch`` argument (CMSIS-NN's working buffer, made for
+    that one call), from its schema; None for a node without one. The kernel writes that
+    buffer though its schema only reads it: the value passed there is never a constant."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    if "scratch" not in names or names.index("scratch") >= len(node.args):
+        return None
+    return names.index("scratch")
+
+
+def is_scratch_of(node: torch.fx.Node, user: torch.fx.Node) -> bool:
+    """``node`` is passed to ``user`` as its ``scratch`` buffer (``scratch_position``)."""
+    position = scratch_position(user)
+    return position is not None and user.args[position] is node

@@ -69,16 +69,6 @@ def schema_name(target: Any) -> str | None:
     return getattr(schema, "name", None)
 
 
-def scratch_position(node: torch.fx.Node) -> int | None:
-    """The position of a kernel's ``scratch`` argument (CMSIS-NN's working buffer, made for
-    that one call), from its schema; None for a node without one."""
-    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
-    names = [a.name for a in schema.arguments] if schema is not None else []
-    if "scratch" not in names or names.index("scratch") >= len(node.args):
-        return None
-    return names.index("scratch")
-
-
 def quantizes(node: torch.fx.Node) -> bool:
     """A Cortex-M ``quantize_per_tensor`` node (float to int8)."""
     return node.op == "call_function" and schema_name(node.target) == _QUANTIZE

@@ -15,7 +15,8 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from tensorplan.errors import InputError
-from tensorplan.rewrite.int8 import image_positions, int8_conv, scratch_position, unpadded
+from tensorplan.ops.schemas import scratch_position
+from tensorplan.rewrite.int8 import image_positions, int8_conv, unpadded
 from tensorplan.rewrite.rebuild import Rebuild
 from tensorplan.rewrite.splits import Split, behind, clip_region, tile_regions
 from tensorplan.rewrite.windows import (

@@ -6,7 +6,7 @@ never-written buffer, a lifted constant) or folded itself — or it reads its te
 only for their sizes and options (``full_like``, ``new_ones``: ``schemas.reads_only_metadata``)
 and those are static — and its outputs have static sizes
 (or it has none: a check such as ``_assert_tensor_metadata`` on folded values is made here,
-once):
+once), and no kernel takes it as its ``scratch`` buffer (which the kernel writes):
 a causal mask from ``arange``/``full`` or ``ones_like(scores).tril()``, rotary tables, a
 relative-position bias, a weight transpose. Folded values are computed here with the
 program's real constants; the ones that something else still reads (the *frontier*) are
@@ -37,7 +37,7 @@ from torch.export import ExportedProgram
 
 from tensorplan.errors import UnsupportedOpError
 from tensorplan.frontend.roles import Roles
-from tensorplan.ops.schemas import is_view, reads_only_metadata
+from tensorplan.ops.schemas import is_scratch_of, is_view, reads_only_metadata
 from tensorplan.specs.spec import SpecTable, TensorSpec
 
 
@@ -84,12 +84,15 @@ def _metadata_only(node: torch.fx.Node, specs: SpecTable) -> bool:
 def _foldable(node: torch.fx.Node, specs: SpecTable, known: set[str]) -> bool:
     """An ATen op, not random, whose inputs are all known (or read only for their static
     sizes) and whose outputs are static tensors, or a check with no output
-    (``_assert_tensor_metadata``), checked here once."""
+    (``_assert_tensor_metadata``), checked here once; never a kernel's scratch buffer, which
+    the kernel writes (a saved Cortex-M program's scratch is an ``empty`` of no input)."""
     op = node.target
     if op is operator.getitem:  # an item of a folded tuple: the tuple is no constant
         return node.args[0].name in known
     if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) \
             or torch.Tag.nondeterministic_seeded in op.tags or node.meta.get("unbacked_bindings"):
+        return False
+    if any(is_scratch_of(node, user) for user in node.users):
         return False
     check = not op._schema.returns and bool(node.all_input_nodes)
     return (check or _static(specs.get(node.name))) and (

@@ -18,7 +18,7 @@ from typing import Any
 import torch.fx
 
 from tensorplan.integrations.executorch.vocabulary import is_alloc, nodes_replaced
-from tensorplan.rewrite.int8 import scratch_position
+from tensorplan.ops.schemas import is_scratch_of
 
 
 def scratch_as_allocs(exported_program: Any) -> int:
@@ -28,7 +28,7 @@ def scratch_as_allocs(exported_program: Any) -> int:
 
     def alloc(node: torch.fx.Node) -> torch.fx.Node | None:
         if node.op != "call_function" or is_alloc(node) or node.all_input_nodes \
-                or not any(_reads_as_scratch(user, node) for user in node.users):
+                or not any(is_scratch_of(node, user) for user in node.users):
             return None
         value = node.meta["val"]
         with exported_program.graph.inserting_before(node):
@@ -37,8 +37,3 @@ def scratch_as_allocs(exported_program: Any) -> int:
         made.meta.update(node.meta)
         return made
     return nodes_replaced(exported_program, alloc)
-
-
-def _reads_as_scratch(user: torch.fx.Node, node: torch.fx.Node) -> bool:
-    position = scratch_position(user)
-    return position is not None and user.args[position] is node

@@ -41,7 +41,7 @@ from tensorplan.errors import PlanError, TensorPlanError
 from tensorplan.integrations.executorch.banks import BankSetup, assign_mem_ids
 from tensorplan.integrations.executorch.bodies import body_regions, place_bodies
 from tensorplan.integrations.executorch.vocabulary import bound_input_specs
-from tensorplan.plan.planners import Buffer, plan_buffers
+from tensorplan.plan.planners import Buffer, Placement, plan_buffers
 
 if TYPE_CHECKING:
     from executorch.exir.memory_planning import MemoryAlgoResult, MemoryPlanningAlgorithmSuite
@@ -60,10 +60,12 @@ class _Arenas:
     algorithm: str            # tensorplan's planner: "auto", "greedy", "optimal", "naive"
     time_limit: float | None  # seconds the planner may take
 
-    def placement(self, buffers: Sequence[Buffer]) -> Any:
+    def placement(self, buffers: Sequence[Buffer]) -> Placement:
         """``plan_buffers`` of ``buffers`` with these options."""
         return plan_buffers(buffers, algorithm=self.algorithm, alignment=self.alignment,
                             time_limit=self.time_limit)
+
+
 Slot = tuple[int, int]  # (mem_id, byte offset) of one spec
 
 

@@ -145,7 +145,7 @@ class _Tried(NamedTuple):
 class _Trial:
     """One node order and kinds of link, planned with tensorplan's greedy."""
 
-    tried: _Tried
+    tried: _Tried  # the order and the kinds of link it tries
     links: list[Link]  # the links found
     arena: int  # the greedy's arena, in bytes
     bound: int  # no plan of this order and these links needs fewer bytes

@@ -10,6 +10,8 @@ ExecuTorch's runtime. Real sizes are in ``benchmarks/bench_chunks.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from test_capture import _static_cache_llm
@@ -112,19 +114,27 @@ def test_executorchs_llama_recipe_pte_prefills_and_decodes_equal_to_eager(llama)
     torch.testing.assert_close(got, _llama_eager(token, 45, prompt), rtol=1e-5, atol=1e-5)
 
 
-def test_transformers_static_cache_recipe_chunks_and_equals_eager() -> None:
-    pytest.importorskip("transformers")
+def _static_cache_recipe_chunks_equal_eager(build: Callable[[], torch.nn.Module],
+                                            lengths: tuple[int, ...]) -> None:
+    """``build``'s static-cache decoder (a cache of 64), the prompt length a plain ``Dim`` on
+    the ids and the cache positions, compiled in 4 chunks of 16 rows: equal to eager (a fresh
+    cache each time) at each of ``lengths``."""
     seq = torch.export.Dim("seq_length_dim", max=63)
     shapes = {"input_ids": {1: seq}, "cache_position": {0: seq}}
     example = {"input_ids": torch.randint(0, 128, (1, 8)), "cache_position": torch.arange(8)}
-    prog = tp.compile(_static_cache_llm(), (), example, dynamic_shapes=shapes, chunks=4)
+    prog = tp.compile(build(), (), example, dynamic_shapes=shapes, chunks=4)
     assert (prog.chunking.declined, prog.chunking.chosen.chunks) == ("", 4)
-    for length in (2, 15, 31, 63):  # chunks of 16 rows
+    for length in lengths:
         inputs = {"input_ids": torch.randint(0, 128, (1, length)),
                   "cache_position": torch.arange(length)}
         with torch.no_grad():
-            expected = _static_cache_llm()(**inputs)
+            expected = build()(**inputs)
         torch.testing.assert_close(prog.run(**inputs), expected)
+
+
+def test_transformers_static_cache_recipe_chunks_and_equals_eager() -> None:
+    pytest.importorskip("transformers")
+    _static_cache_recipe_chunks_equal_eager(_static_cache_llm, (2, 15, 31, 63))
 
 
 def test_bert_with_a_plain_dim_chunks_and_equals_eager() -> None:
@@ -165,14 +175,4 @@ def test_a_loop_that_reads_the_new_cache_chunks_and_equals_eager() -> None:
     input used to keep the storage the buffer's storage replaced (an internal error in
     liveness, ``KeyError``); it lives in the buffer's."""
     pytest.importorskip("transformers")
-    seq = torch.export.Dim("seq_length_dim", max=63)
-    shapes = {"input_ids": {1: seq}, "cache_position": {0: seq}}
-    example = {"input_ids": torch.randint(0, 128, (1, 8)), "cache_position": torch.arange(8)}
-    prog = tp.compile(_static_cache_gpt_neox(), (), example, dynamic_shapes=shapes, chunks=4)
-    assert (prog.chunking.declined, prog.chunking.chosen.chunks) == ("", 4)
-    for length in (2, 31, 63):
-        inputs = {"input_ids": torch.randint(0, 128, (1, length)),
-                  "cache_position": torch.arange(length)}
-        with torch.no_grad():
-            expected = _static_cache_gpt_neox()(**inputs)
-        torch.testing.assert_close(prog.run(**inputs), expected)
+    _static_cache_recipe_chunks_equal_eager(_static_cache_gpt_neox, (2, 31, 63))

@@ -352,7 +352,7 @@ def test_a_plain_dynamic_seq_chunks_as_a_loop_equal_to_eager_at_every_size() -> 
     assert (chunked.chunking.declined, chunked.chunking.chosen.chunks) == ("", 4)
     assert chunked.chunking.chosen.overhead == 1.0  # no multiply-add added at the bound
     loops, nodes = _loop_nodes(chunked.exported_program)
-    assert loops == 2 and nodes <= 1.5 * _loop_nodes(plain.exported_program)[1]
+    assert loops == 2 and nodes <= 1.5 * _loop_nodes(program)[1]
     assert chunked.plan.arena_bytes < 0.5 * plain.plan.arena_bytes
     for rows in (2, 5, 31, 32, 33, 97, 2 * S):  # smallest, odd, around a chunk, largest
         tokens = torch.randint(0, 50, (1, rows))
@@ -412,7 +412,7 @@ def test_a_dynamic_seq_that_is_a_multiple_is_chunked_and_proven_at_every_size() 
     name = symbolic.dims[0].name
     sizes = {b: (symbolic.arena.evaluate({name: b}), plain.plan.symbolic.arena.evaluate({name: b}))
              for b in (2, 5, 8, 16)}
-    assert sizes[2] == (42_112, 16_384)  # the body's scores at 128 keys: above 16 tokens whole
+    assert sizes[2] == (42_112, 14_464)  # the body's scores at 128 keys: above 16 tokens whole
     assert all(chunked < whole for chunked, whole in (sizes[5], sizes[8], sizes[16]))
     for blocks in (2, 5, 16):
         tokens = torch.randint(0, 50, (1, 8 * blocks))

@@ -92,12 +92,12 @@ def test_pte_says_which_folding_it_kept_and_takes_prefer(tmp_path, capsys) -> No
 
 def test_pte_prefer_time_keeps_the_folding_that_runs_fewer_instructions(tmp_path, capsys) -> None:
     """The zoo's small Llama: constant propagation plans the same arena with its masks and
-    rotary tables read from the constants, so it runs 137 instructions where no folding runs
-    184; ``--prefer time`` keeps it, and the table shows each folding's instruction count."""
+    rotary tables read from the constants, so it runs 129 instructions where no folding runs
+    176; ``--prefer time`` keeps it, and the table shows each folding's instruction count."""
     assert main(["pte", "zoo:hf_llama", "-o", str(tmp_path / "llama.pte"),
                  "--prefer", "time"]) == 0
     output = " ".join(capsys.readouterr().out.split())
     assert "instructions ┃ kept" in output
-    assert "184 │ │" in output and "137 │ yes" in output
+    assert "176 │ │" in output and "129 │ yes" in output
     assert "kept executorch const-prop: as small an arena as any, the fewest instructions run " \
         "at each call of those (none: arena 288,768 B" in output

@@ -31,6 +31,7 @@ from tensorplan.plan.planners import PlannerParams
 from tensorplan.plan.symbolic.stack import with_symbolic
 from tensorplan.rewrite.chunks import Chunking
 from tensorplan.rewrite.chunks import choose as choose_chunks
+from tensorplan.rewrite.grouped import grouped_products
 from tensorplan.rewrite.options import MAX_PATCH_OVERHEAD, RewriteOptions
 from tensorplan.rewrite.patches import Patching
 from tensorplan.rewrite.patches import choose as choose_patches
@@ -215,7 +216,9 @@ def compile(model_or_program: torch.nn.Module | ExportedProgram | ProgramManager
     by the arena so counted. Nothing is made over an input in place either way. Not with
     ``banks``: there, pin the inputs to a bank of their own.
 
-    ``reuse``, ``reorder`` and ``fold`` switch the bound-lowering steps (``schedule.py``);
+    ``reuse``, ``reorder`` and ``fold`` switch the bound-lowering steps (``schedule.py``;
+    ``reuse`` also has grouped-query attention read its KV heads without the repeat copy,
+    ``rewrite/grouped.py``);
     ``planner_params`` tunes the planners (None: the defaults). Dynamic dims are planned at
     their upper bounds. The returned plan has been verified. ``max_arena_bytes``: an arena
     above it raises ``PlanError`` (how much over, the peak step and what is live there).
@@ -262,6 +265,9 @@ def _compiled(program: ExportedProgram, options: CompileOptions) -> Program:
                                                candidates.arena_of, candidates.planned_arena_of)
         if chunking is not None and chunking.chosen.chunks == 1 and patching.chosen.split:
             program, chunking = chunked(program)  # the patches may have left the layers' peak
+    if options.schedule.reuse:  # after the chunks: a chunk of rows is no slice of a group's
+        with stage("grouped heads", program):
+            program = grouped_products(program)
     ready = candidates.prepare(program)
     roles, specs, chosen, lives = ready.roles, ready.specs, ready.chosen, ready.lives
     request = None

@@ -19,33 +19,24 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 
-from tensorplan.rewrite.rebuild import Rebuild
+from tensorplan.rewrite.rebuild import Rebuild, only_reader, value_shape
 
 aten = torch.ops.aten
 _PRODUCTS = (aten.mm.default, aten.addmm.default)
 
 
-def _shape(node: torch.fx.Node) -> tuple:
-    """The sizes of a node's tensor value (ints or SymInts), () for anything else."""
-    value = node.meta.get("val")
-    return tuple(value.shape) if isinstance(value, torch.Tensor) else ()
-
-
-def _only_reader(node: torch.fx.Node) -> torch.fx.Node | None:
-    return next(iter(node.users)) if len(node.users) == 1 else None
-
-
 def _split_of(product: torch.fx.Node) -> tuple[torch.fx.Node | None, torch.fx.Node] | None:
     """The view (or None) and the ``split_with_sizes`` along the columns that are the only
     readers after ``product`` and whose parts are read by ``getitem`` alone, or None."""
-    reader = _only_reader(product)
+    reader = only_reader(product)
     view = reader if reader is not None and reader.target is aten.view.default else None
-    split = _only_reader(view) if view is not None else reader
+    split = only_reader(view) if view is not None else reader
     if split is None or split.target is not aten.split_with_sizes.default:
         return None
-    rank = len(_shape(split.args[0]))
+    rank = len(value_shape(split.args[0]))
     dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
-    if dim % rank != rank - 1 or (view is not None and _shape(view)[-1] != _shape(product)[-1]):
+    if dim % rank != rank - 1 or (view is not None
+                                  and value_shape(view)[-1] != value_shape(product)[-1]):
         return None
     if not all(user.target is operator.getitem for user in split.users):
         return None
@@ -56,7 +47,7 @@ def _fused(program: ExportedProgram) -> dict[str, tuple[torch.fx.Node | None, to
     """Every 2-D product (``mm``, ``addmm``) whose columns are split into parts."""
     found = {}
     for node in program.graph.nodes:
-        if node.op == "call_function" and node.target in _PRODUCTS and len(_shape(node)) == 2:
+        if node.op == "call_function" and node.target in _PRODUCTS and len(value_shape(node)) == 2:
             split = _split_of(node)
             if split is not None:
                 found[node.name] = split
@@ -85,7 +76,7 @@ def split_products(program: ExportedProgram) -> ExportedProgram:
 def _emit_parts(build: Rebuild, product: torch.fx.Node, view: torch.fx.Node | None,
                 split: torch.fx.Node) -> None:
     """One product per part of ``split``, each read under its ``getitem``'s name."""
-    columns = _shape(product)[-1]
+    columns = value_shape(product)[-1]
     bias = product.args[0] if product.target is aten.addmm.default else None
     env = build.env
     start = 0
@@ -97,8 +88,8 @@ def _emit_parts(build: Rebuild, product: torch.fx.Node, view: torch.fx.Node | No
                             like=product, name=f"{part}_weight")
         operands = (env[product.args[-2].name], weight)
         if bias is not None:
-            sliced = bool(_shape(bias)) and _shape(bias)[-1] == columns
-            operands = (build.emit(aten.slice.Tensor, (env[bias.name], len(_shape(bias)) - 1,
+            sliced = bool(value_shape(bias)) and value_shape(bias)[-1] == columns
+            operands = (build.emit(aten.slice.Tensor, (env[bias.name], len(value_shape(bias)) - 1,
                                                        start, stop),
                                    like=product, name=f"{part}_bias")
                         if sliced else env[bias.name], *operands)

@@ -189,6 +189,17 @@ class Rebuild:
             constants=source.constants, verifiers=source.verifiers)
 
 
+def value_shape(node: Any) -> tuple:
+    """The sizes of a node's tensor value (ints or SymInts), () for anything else."""
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else ()
+
+
+def only_reader(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The one node that reads ``node``, or None when it has none or several."""
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
 def _on_meta_device(value: torch.Tensor) -> torch.Tensor:
     """A meta tensor with ``value``'s sizes, strides, storage offset and dtype."""
     extent = value.storage_offset() + sum((n - 1) * st for n, st in

@@ -43,6 +43,7 @@ from tensorplan.integrations.executorch.loops import with_stacked_outputs_sized
 from tensorplan.integrations.executorch.rewrite import NONE, ProductRewrites, fast_products
 from tensorplan.integrations.executorch.scratch import scratch_as_allocs
 from tensorplan.options import CompileOptions, chosen_options
+from tensorplan.rewrite.grouped import grouped_products
 
 if TYPE_CHECKING:
     from executorch.exir import ExecutorchProgramManager
@@ -110,8 +111,10 @@ def to_executorch(program: Any, config: Any = None, *, reuse: bool = True, reord
     ``to_edge_transform_and_lower`` result, delegated or not; it is not modified). ``config`` is
     an ``ExecutorchBackendConfig`` (default: ExecuTorch's default); its memory planning pass's
     allocation options (inputs, outputs, mutable buffers, alignment) are kept. ``reuse``: in-place
-    reuse over the kernels measured in ``kernels.py``, ``cat`` inputs made in their slices, and
-    ExecuTorch's own re-inplace pass (``index_put`` into a KV cache, with its in-place kernel);
+    reuse over the kernels measured in ``kernels.py``, ``cat`` inputs made in their slices,
+    ExecuTorch's own re-inplace pass (``index_put`` into a KV cache, with its in-place kernel),
+    and grouped-query attention's KV heads read without their repeat (``rewrite/grouped.py``:
+    an exported program's, as ``tp.compile`` does);
     ``reorder``: tensorplan's node order; ``fold``: the folding of constants (none, tensorplan's,
     ExecuTorch's constant propagation) with the smallest arena, then the smallest arena +
     constants (``prefer="arena"``: the arena is the RAM, constants are flash or mapped), or
@@ -173,7 +176,7 @@ def lower(program: Any, config: Any = None, *, reuse: bool = True, reorder: bool
     memory_planning_module()
     from tensorplan.integrations.executorch.planning_pass import PassOptions
 
-    edge = _edge_program(program)
+    edge = _edge_program(program, schedule.reuse)
     if edge is program:  # the caller's: it is not modified
         edge = _sharing_constants(edge)
     with torch.no_grad():
@@ -368,7 +371,7 @@ def executorch_arena_bytes(program: Any) -> int:
     planner) gives the same program: the reference ``tensorplan pte`` prints."""
     memory_planning_module()
     with torch.no_grad():
-        return _arena_bytes(copy.deepcopy(_edge_program(program)).to_executorch())
+        return _arena_bytes(copy.deepcopy(_edge_program(program, reuse=False)).to_executorch())
 
 
 OURS = "tensorplan"  # the FoldChoice name of fold.choose_folds' folding
@@ -392,8 +395,9 @@ def _lowered(name: str, edge: Any, config: Any, options: Any, folds: Mapping[str
     return _Lowering(choice, manager, _method_plans(passes, edge), passes)
 
 
-def _edge_program(program: Any) -> Any:
-    """An ``EdgeProgramManager`` for the program (``to_edge`` of an exported program)."""
+def _edge_program(program: Any, reuse: bool) -> Any:
+    """An ``EdgeProgramManager`` for the program (``to_edge`` of an exported program, its
+    grouped-query products made without the repeated heads with ``reuse``)."""
     from executorch.exir import EdgeProgramManager, to_edge
 
     if isinstance(program, EdgeProgramManager):
@@ -405,7 +409,7 @@ def _edge_program(program: Any) -> Any:
             f"tensorplan.Program or an EdgeProgramManager, got {type(program).__name__}; export "
             "the model first (tensorplan.capture or torch.export.export)")
     with torch.no_grad():
-        return to_edge(exported)
+        return to_edge(grouped_products(exported) if reuse else exported)
 
 
 def _base_config(config: Any, *, inputs_in_arena: bool = True) -> Any:

@@ -4,12 +4,13 @@ every program run in ExecuTorch's runtime.
 Usage: ``python benchmarks/bench_pte.py [--out FILE] [--models a,b | --full] [--runs N]``
 
 For each model of ``common.REPRESENTATIVE`` (every zoo model with ``--full``) and each of
-``common.FRESH``'s the script exports the example
-once (``torch.export.export``, strict=False), lowers it with each ExecuTorch configuration of
-``common.EXECUTORCH_CONFIGS`` and with ``to_executorch`` (defaults: reuse, reorder, fold,
-algorithm "auto"), loads every program in ExecuTorch's runtime, runs it on the example inputs
-and compares the outputs with eager PyTorch; it also compiles the example with ``tp.compile``
-(the Python plan) and, where the ``.pte``'s arena is above that plan's, names the ExecuTorch
+``common.FRESH``'s the script exports the example (``torch.export.export``, strict=False) and
+lowers it with each ExecuTorch configuration of ``common.EXECUTORCH_CONFIGS``; it compiles the
+example with ``tp.compile`` (the Python plan) and ships that program with ``to_executorch``
+(defaults: reuse, reorder, fold, algorithm "auto"), as a user does (a model ``tp.compile``
+fails on is shipped from its export, the Python plan's cell giving the reason); it loads every
+program in ExecuTorch's runtime, runs it on the example inputs and compares the outputs with
+eager PyTorch. Where the ``.pte``'s arena is above the Python plan's, it names the ExecuTorch
 kernels that keep it there (``integrations.executorch.gap``). ExecuTorch's best configuration is
 ``common.best_result``'s (smallest arena among those that load and, where they run, equal eager;
 the same rule as ``bench_plan.py``). Run time: median ms of ``method.execute`` of tensorplan's
@@ -110,47 +111,49 @@ def measure(name: str, runs: int) -> Row:
         lowered[config] = program
         results.append(common.check_executorch(config, program, example, expected,
                                                REASON_CHARS))
+    program, compile_failed = _compiled(example)
+    source = program if program is not None else _export(example)
     start = time.perf_counter()
     try:
         with torch.no_grad(), quiet():
-            shipped = lower(_export(example))
+            shipped = lower(source)
     except Exception as error:  # a failure becomes the table cell, not a crash
         failed = ExecuTorchResult("tensorplan", None, None, "lower", one_line(error, REASON_CHARS))
         return Row(name, tuple(results), None, failed, time.perf_counter() - start, None)
     seconds = time.perf_counter() - start
-    python_arena, gap = _python_plan(example, shipped)
+    python_arena, gap = (program.plan.arena_bytes, describe(pte_gap(program, shipped))) \
+        if program is not None else (None, compile_failed)
     ours = common.check_executorch("tensorplan", shipped.manager, example, expected,
                                    REASON_CHARS)
     chosen = common.best_result(results)
     theirs = lowered[chosen.config] if chosen is not None and chosen.failed is None else None
-    by_time = _by_time(example, shipped) if ours.failed is None else None
+    by_time = _by_time(source, shipped) if ours.failed is None else None
     times = _times(example, shipped.manager, theirs, by_time and by_time.manager,
                    runs) if ours.failed is None else None
     return Row(name, tuple(results), dataclasses.replace(shipped, manager=None), ours, seconds,
                times, python_arena, gap, by_time.folding if by_time else "")
 
 
-def _by_time(example: Example, shipped: Shipped) -> Shipped | None:
-    """``lower(prefer="time")`` of the example where it may keep another folding than
+def _by_time(source: Any, shipped: Shipped) -> Shipped | None:
+    """``lower(prefer="time")`` of what was shipped where it may keep another folding than
     ``shipped`` (another folding tried gave the same arena) and does; else None."""
     if not any(choice.name != shipped.folding and choice.arena_bytes == shipped.arena_bytes
                for choice in shipped.folds):
         return None
     with torch.no_grad(), quiet():
-        by_time = lower(_export(example), prefer="time")
+        by_time = lower(source, prefer="time")
     return by_time if by_time.folding != shipped.folding else None
 
 
-def _python_plan(example: Example, shipped: Shipped) -> tuple[int | None, str]:
-    """The Python plan's arena of the example and what keeps the .pte's above it (a failed
-    compile: None and its reason)."""
+def _compiled(example: Example) -> tuple[tp.Program | None, str]:
+    """``tp.compile`` of the example (the Python plan, and the program shipped), or None and
+    the reason it failed."""
     try:
         with quiet():
-            program = tp.compile(example.model, example.args, example.kwargs,
-                                 dynamic_shapes=example.dynamic_shapes)
+            return tp.compile(example.model, example.args, example.kwargs,
+                              dynamic_shapes=example.dynamic_shapes), ""
     except Exception as error:  # a failure becomes the table cell, not a crash
         return None, f"compile: {one_line(error, REASON_CHARS)}"
-    return program.plan.arena_bytes, describe(pte_gap(program, shipped))
 
 
 def _equal_cell(result: ExecuTorchResult) -> str:
@@ -283,7 +286,8 @@ def report(rows: Sequence[Row], runs: int) -> str:
         "by default (the smallest arena, then arena + constants); links: outputs written over "
         "a dying argument by a measured kernel / "
         "`cat` inputs made in their slices and pad inputs in the tail of the pad's output. "
-        "Python plan: `tp.compile`'s arena for the same example; where the `.pte`'s is above "
+        "Python plan: `tp.compile`'s arena for the same example, the program the `.pte` "
+        "ships (to_executorch (s): its lowering); where the `.pte`'s is above "
         "it, the ExecuTorch kernels that hold apart, at the `.pte`'s busiest step, an input "
         "and an output the Python plan holds in one storage, with the input's bytes "
         "(`integrations.executorch.gap`). ExecuTorch best: the configuration of "

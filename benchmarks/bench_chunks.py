@@ -53,7 +53,7 @@ def _tokens(seq: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, seq))
 
 
-def _bert(layers: int, hidden: int, heads: int, seq: int, dynamic: bool = False) -> Example:
+def bert(layers: int, hidden: int, heads: int, seq: int, dynamic: bool = False) -> Example:
     """BERT at ``seq`` tokens; ``dynamic``: seq is 64 x blocks, 128 to ``seq``."""
     from transformers import BertConfig, BertModel
 
@@ -69,7 +69,8 @@ def _bert(layers: int, hidden: int, heads: int, seq: int, dynamic: bool = False)
                    (_tokens(seq), torch.ones(1, seq, dtype=torch.long)), dynamic_shapes=shapes)
 
 
-def _gpt2(hidden: int, heads: int, seq: int) -> Example:
+def gpt2(hidden: int, heads: int, seq: int) -> Example:
+    """GPT-2 (``hidden`` wide, ``heads`` heads, 2 layers) at ``seq`` tokens, logits only."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from tensorplan.zoo.hf import LogitsOnly
@@ -116,7 +117,7 @@ def _vit() -> Example:
     return Example(LogitsOnly(ViTModel(config)).eval(), (torch.randn(1, 3, 224, 224),))
 
 
-def _gpt_neox(seq: int) -> Example:
+def gpt_neox(seq: int) -> Example:
     """GPT-NeoX (Pythia's family, which the zoo lacks), 2 layers 512 wide, rotary on a quarter
     of each head, at ``seq`` tokens."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
@@ -180,7 +181,7 @@ def _static_cache_llama(context: int, hidden: int = 576, heads: int = 9, kv_head
     return _static_cache_decoder(LlamaForCausalLM(config), context)
 
 
-def _static_cache_gpt_neox(context: int) -> Example:
+def static_cache_gpt_neox(context: int) -> Example:
     """``_static_cache_llama``'s recipe over a GPT-NeoX (Pythia's family, which the zoo lacks:
     rotary on a quarter of each head, attention and MLP in parallel), 2 layers 384 wide."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
@@ -219,25 +220,25 @@ def _plain(build: Callable[[], Example], smallest: int) -> Example:
 
 
 MODELS: dict[str, Callable[[], Example]] = {
-    "bert_base_512": lambda: _bert(2, 768, 12, 512),
-    "bert_base_512_dynamic": lambda: _bert(2, 768, 12, 512, dynamic=True),
-    "gpt2_small_1024": lambda: _gpt2(768, 12, 1024),
+    "bert_base_512": lambda: bert(2, 768, 12, 512),
+    "bert_base_512_dynamic": lambda: bert(2, 768, 12, 512, dynamic=True),
+    "gpt2_small_1024": lambda: gpt2(768, 12, 1024),
     "llama_smollm2_512": _llama,
     "t5_small_encoder_512": _t5_encoder,
     "whisper_tiny_encoder_1500": _whisper_encoder,
     "vit_b16_224": _vit,
     "moe_olmoe_256": lambda: _moe("batched_mm"),
     "moe_olmoe_256_grouped_mm": lambda: _moe("grouped_mm"),
-    "fresh_bert_4x512_384": lambda: _bert(4, 512, 8, 384),
-    "fresh_gpt2_16h_768": lambda: _gpt2(1024, 16, 768),
-    "fresh_gpt_neox_640": lambda: _gpt_neox(640),
+    "fresh_bert_4x512_384": lambda: bert(4, 512, 8, 384),
+    "fresh_gpt2_16h_768": lambda: gpt2(1024, 16, 768),
+    "fresh_gpt_neox_640": lambda: gpt_neox(640),
     "recipe_executorch_llama_1024": lambda: _executorch_llama(1024),
     "recipe_executorch_llama_2048": lambda: _executorch_llama(2048),
     "recipe_static_cache_llama_1024": lambda: _static_cache_llama(1024),
-    "plain_gpt2_small_1024": lambda: _plain(lambda: _gpt2(768, 12, 1024), 2),
-    "plain_bert_base_512": lambda: _plain(lambda: _bert(2, 768, 12, 512), 8),
+    "plain_gpt2_small_1024": lambda: _plain(lambda: gpt2(768, 12, 1024), 2),
+    "plain_bert_base_512": lambda: _plain(lambda: bert(2, 768, 12, 512), 8),
     "fresh_recipe_executorch_llama_768": lambda: _executorch_llama(768, 512, 8, 2, 1408),
-    "fresh_plain_gpt2_16h_640": lambda: _plain(lambda: _gpt2(1024, 16, 640), 2),
+    "fresh_plain_gpt2_16h_640": lambda: _plain(lambda: gpt2(1024, 16, 640), 2),
 }
 RECIPES = tuple(name for name in MODELS if name.startswith(("recipe_", "plain_",
                                                              "fresh_recipe_", "fresh_plain_")))

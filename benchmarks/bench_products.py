@@ -133,11 +133,11 @@ def _models() -> dict[str, Callable[[], Any]]:
     """Row name -> the model's builder (``bench_chunks``')."""
     import bench_chunks
 
-    return {GPT2_SMALL: lambda: bench_chunks._gpt2(768, 12, 1024),
-            "fresh_gpt2_16h_1024w_768": lambda: bench_chunks._gpt2(1024, 16, 768),
-            "bert_base_512": lambda: bench_chunks._bert(2, 768, 12, 512),
-            "fresh_bert_512w_384": lambda: bench_chunks._bert(2, 512, 8, 384),
-            "fresh_gpt_neox_640": lambda: bench_chunks._gpt_neox(640)}
+    return {GPT2_SMALL: lambda: bench_chunks.gpt2(768, 12, 1024),
+            "fresh_gpt2_16h_1024w_768": lambda: bench_chunks.gpt2(1024, 16, 768),
+            "bert_base_512": lambda: bench_chunks.bert(2, 768, 12, 512),
+            "fresh_bert_512w_384": lambda: bench_chunks.bert(2, 512, 8, 384),
+            "fresh_gpt_neox_640": lambda: bench_chunks.gpt_neox(640)}
 
 
 def measure_model(build: Callable[[], Any], runs: int) -> dict[str, tuple[float, bool, int]]:

@@ -54,8 +54,8 @@ FRESH_CNNS: dict[str, Callable[[], Example]] = {
     "fresh_mnasnet0_5_176": lambda: _torchvision_cnn("mnasnet0_5", 176),
 }
 FRESH: dict[str, Callable[[], Example]] = {
-    "fresh_bert_3x256_128": _transformer("_bert", 3, 256, 8, 128),
-    "fresh_gpt2_384_6h_192": _transformer("_gpt2", 384, 6, 192),
+    "fresh_bert_3x256_128": _transformer("bert", 3, 256, 8, 128),
+    "fresh_gpt2_384_6h_192": _transformer("gpt2", 384, 6, 192),
     **FRESH_CNNS,
 }
 

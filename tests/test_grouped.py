@@ -109,3 +109,34 @@ def test_the_pte_of_a_decode_step_reads_its_cache_without_the_repeat() -> None:
     assert "aten::expand_copy" not in names
     assert shipped.check.matches
     assert shipped.arena_bytes == 27136
+
+
+def _loop_bodies(program: torch.export.ExportedProgram) -> list[torch.fx.Graph]:
+    return [m.graph for m in program.graph_module.modules()
+            if isinstance(m, torch.fx.GraphModule) and m is not program.graph_module]
+
+
+def test_a_chunked_prefill_passes_its_loop_the_kv_heads_unrepeated() -> None:
+    """Chunked, the attention's loop reads the keys and values whole: it is passed the 2 KV
+    heads, not their repeat for 8 query heads, and its body makes each product once per KV
+    head over its group's rows of the chunk: 81,920 B, where with the repeats made the
+    program plans 147,456 B and 4 chunks plan no smaller (the repeats are its peak). Equal to
+    eager at every length."""
+    model, args = _eager(32)
+    length = torch.export.Dim("length", min=2, max=32)
+    prog = tp.compile(model, args, dynamic_shapes=({1: length}, {0: length}), chunks=4)
+    assert (prog.chunking.declined, prog.chunking.chosen.chunks) == ("", 4)
+    top = prog.exported_program.graph
+    assert not any(n.target is aten.expand.default for n in top.nodes)
+    (body,) = _loop_bodies(prog.exported_program)
+    made = {n.name for n in body.nodes}
+    assert {"bmm_grouped", "bmm_1_grouped"} <= made
+    passed = [n.meta["val"].shape for n in body.nodes
+              if n.op == "placeholder" and isinstance(n.meta["val"], torch.Tensor)]
+    assert torch.Size([KV_HEADS, DEPTH, CACHE]) in passed
+    assert torch.Size([KV_HEADS, CACHE, DEPTH]) in passed
+    assert prog.plan.arena_bytes == 81_920
+    for rows in (2, 13, 32):
+        reference, (x, position) = _eager(rows)
+        with torch.no_grad():
+            torch.testing.assert_close(prog.runner().run(x, position), reference(x, position))

@@ -254,7 +254,8 @@ def _compiled(program: ExportedProgram, options: CompileOptions) -> Program:
 
     def chunked(candidate: ExportedProgram) -> tuple[ExportedProgram, Chunking]:
         with stage("chunks", candidate):
-            return choose_chunks(candidate, rewrite.chunks, candidates.arena_of)
+            return choose_chunks(candidate, rewrite.chunks, candidates.arena_of,
+                                 grouped=options.schedule.reuse)
 
     patching = chunking = None
     if rewrite.chunks is not None:  # first: a patching is judged against the peak chunks leave
@@ -265,8 +266,8 @@ def _compiled(program: ExportedProgram, options: CompileOptions) -> Program:
                                                candidates.arena_of, candidates.planned_arena_of)
         if chunking is not None and chunking.chosen.chunks == 1 and patching.chosen.split:
             program, chunking = chunked(program)  # the patches may have left the layers' peak
-    if options.schedule.reuse:  # after the chunks: a chunk of rows is no slice of a group's
-        with stage("grouped heads", program):
+    if options.schedule.reuse:  # after the chunks (a chunk of rows is no slice of a group's),
+        with stage("grouped heads", program):  # which made their loops' own
             program = grouped_products(program)
     ready = candidates.prepare(program)
     roles, specs, chosen, lives = ready.roles, ready.specs, ready.chosen, ready.lives

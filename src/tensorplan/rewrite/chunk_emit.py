@@ -18,6 +18,7 @@ from torch.utils import _pytree as pytree
 from tensorplan.errors import InputError
 from tensorplan.ops.control_flow import graph_modules
 from tensorplan.rewrite.chunk_regions import at_bounds, probe_points
+from tensorplan.rewrite.grouped import Grouped, HeadsOnce, found_groups
 from tensorplan.rewrite.loop import LOOP_TAG, Loop
 from tensorplan.rewrite.parts import is_view_value
 from tensorplan.rewrite.rebuild import Rebuild
@@ -33,14 +34,16 @@ def loop_of(name: str) -> str | None:
 
 @at_bounds
 def chunk_program(program: ExportedProgram, found: Sequence[Region],
-                  counts: Sequence[int]) -> ExportedProgram:
+                  counts: Sequence[int], grouped: bool = False) -> ExportedProgram:
     """The program with each region run as a loop (``loop.py``) over at most ``counts[i]``
     chunks of at most ``ceil(rows / counts[i])`` rows of ``found[i]``'s split (its rows at the
     dims' upper bounds), as many chunks as the rows need at each size, each chunk's result
     written into its rows of the split; every other node as it was. The loop's body is the
-    region on one chunk, planned once. Built from the program's graph without a second trace
-    (``rebuild.py``): the values of the new nodes are computed on the program's fake tensors.
-    Call it within ``sizes_at`` the dims' upper bounds.
+    region on one chunk, planned once. With ``grouped``, a product of a loop's body that reads
+    repeated KV heads made before the loop (``grouped.py``) reads them unrepeated: the repeat
+    is never made, the loop is passed the KV heads. Built from the program's graph without a
+    second trace (``rebuild.py``): the values of the new nodes are computed on the program's
+    fake tensors. Call it within ``sizes_at`` the dims' upper bounds.
 
     Pure: ``program`` is not modified, but for its dims' hints (the sizes a trace branches
     on, ``_generic_hints``). Raises ``InputError`` for a count below 1 or above a region's
@@ -57,17 +60,28 @@ def chunk_program(program: ExportedProgram, found: Sequence[Region],
     nodes = {n.name: n for n in program.graph.nodes}
     if any(r.symbolic is not None for r, _ in chunked.values()):
         _generic_hints(program, build.fake_mode.shape_env)
+    chains = _grouped_in_loops(program, inside) if grouped else {}
+    heads = HeadsOnce(build, chains)
+    groups = {chain.product.name: chain.repeat.group for chain in chains.values()}
     for node in program.graph.nodes:
         if node.name in chunked:
             region, count = chunked[node.name]
             build.env[node.name] = Loop(build, nodes, region,
-                                        math.ceil(region.extent / count)).emit()
-        elif node.name not in inside:
+                                        math.ceil(region.extent / count), groups).emit()
+        elif node.name not in inside and not heads.emitted(node):
             build.copy(node)
     for node in reversed(build.graph.nodes):  # a weight's view each loop's body takes itself
         if node.op == "call_function" and not node.users and is_view_value(node):
             build.graph.erase_node(node)
     return build.program()
+
+
+def _grouped_in_loops(program: ExportedProgram, inside: set[str]) -> dict[str, Grouped]:
+    """The grouped products (``grouped.py``) a loop's body makes whose repeat and ops before
+    the product are all made before the loop."""
+    return {name: chain for name, chain in found_groups(program).items()
+            if chain.product.name in inside
+            and not any(step.name in inside for step, _ in chain.steps)}
 
 
 def _generic_hints(program: ExportedProgram, shape_env: Any) -> None:

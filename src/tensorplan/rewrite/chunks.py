@@ -35,6 +35,7 @@ planned arena.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -50,6 +51,7 @@ from tensorplan.ops.control_flow import control_flow_op
 from tensorplan.rewrite.chunk_emit import chunk_program
 from tensorplan.rewrite.chunk_regions import Whole, at_bounds, found_regions
 from tensorplan.rewrite.columns import split_products
+from tensorplan.rewrite.grouped import grouped_products
 from tensorplan.rewrite.parts import Parted, peak_in_parts, tensor_bytes
 from tensorplan.rewrite.region import Region
 from tensorplan.rewrite.rows import shape, sizes_at
@@ -219,7 +221,7 @@ class _Rewritten:
 
 
 def _rewritten(program: ExportedProgram, found: Sequence[Region], counts: Sequence[int],
-               arena_of: Callable[[ExportedProgram], int]) -> _Rewritten | None:
+               arena_of: Callable[[ExportedProgram], int], grouped: bool) -> _Rewritten | None:
     """``program`` with ``found[i]`` in ``counts[i]`` chunks (cut regions whose parts run
     alike joined, regions of one chunk left as they are) and planned, or None when no region
     is left to chunk. Raises ``chunk_program``'s ``InputError``."""
@@ -228,7 +230,7 @@ def _rewritten(program: ExportedProgram, found: Sequence[Region], counts: Sequen
     counts = tuple(n for n in counts if n > 1)
     if not regions:
         return None
-    chunked = chunk_program(program, regions, counts)
+    chunked = chunk_program(program, regions, counts, grouped)
     return _Rewritten(chunked, regions, counts, arena_of(chunked))
 
 
@@ -242,7 +244,8 @@ def _none_fit() -> str:
 
 
 def choose(program: ExportedProgram, chunks: str | int,
-           arena_of: Callable[[ExportedProgram], int]) -> tuple[ExportedProgram, Chunking]:
+           arena_of: Callable[[ExportedProgram], int],
+           grouped: bool = False) -> tuple[ExportedProgram, Chunking]:
     """The program to compile and what was tried. Each count (``AUTO_COUNTS`` for ``"auto"``,
     at most each region's rows, a divisor of its rows at every size of dynamic dims, and with
     ``"auto"`` at least ``MIN_CHUNK_ROWS`` rows a chunk at the upper bounds) is ranked by
@@ -253,9 +256,11 @@ def choose(program: ExportedProgram, chunks: str | int,
     its dims, with an unbounded dim, or with no region declines (the reason in
     ``Chunking.declined``). Its reasons name the dims by their ``Dim`` names. The regions are
     read off the program with its products' column parts made apart (``columns.py``), and a
-    program declined is returned as it came.
+    program declined is returned as it came. With ``grouped`` (``compile(reuse=True)``), the
+    program as exported is planned with its grouped-query products made on the KV heads
+    (``grouped.py``), as the compile goes on to make them, and so is a loop's body.
     """
-    chosen, chunking = _choose(program, chunks, arena_of)
+    chosen, chunking = _choose(program, chunks, arena_of, grouped)
     return chosen, _in_dim_names(chunking, dim_names(program))
 
 
@@ -266,22 +271,25 @@ def _in_dim_names(chunking: Chunking, names: Mapping[str, str]) -> Chunking:
 
 
 def _choose(program: ExportedProgram, chunks: str | int,
-            arena_of: Callable[[ExportedProgram], int]) -> tuple[ExportedProgram, Chunking]:
+            arena_of: Callable[[ExportedProgram], int],
+            grouped: bool) -> tuple[ExportedProgram, Chunking]:
     _checked(chunks)  # a count that is no count raises before anything is planned
-    base = Candidate(1, 0, arena_of(program), 1.0)
+    base = Candidate(1, 0, arena_of(grouped_products(program) if grouped else program), 1.0)
     parted = split_products(program)
     read = found_regions(parted)
     if isinstance(read, str):
         return program, _declined(base, read)
     found, whole, upper = read
     with sizes_at(upper):
-        chosen, chunking = _chosen(parted, chunks, arena_of, base, found, whole)
+        chosen, chunking = _chosen(parted, chunks, functools.partial(
+            _rewritten, parted, arena_of=arena_of, grouped=grouped), base, found, whole)
     return (program if chosen is parted else chosen), chunking
 
 
 def _chosen(program: ExportedProgram, chunks: str | int,
-            arena_of: Callable[[ExportedProgram], int], base: Candidate,
-            found: list[Region], whole: list[Whole]) -> tuple[ExportedProgram, Chunking]:
+            rewrite: Callable[[Sequence[Region], Sequence[int]], _Rewritten | None],
+            base: Candidate, found: list[Region], whole: list[Whole]
+            ) -> tuple[ExportedProgram, Chunking]:
     counts = _checked(chunks)
     base = Candidate(1, estimate(program, found, [1] * len(found)), base.arena_bytes, 1.0)
     if not found:
@@ -299,7 +307,7 @@ def _chosen(program: ExportedProgram, chunks: str | int,
     if auto:
         per_region = _fewest(program, kept, per_region)
     try:
-        rewritten = _rewritten(program, kept, per_region, arena_of)
+        rewritten = rewrite(kept, per_region)
     except InputError as error:  # a loop that cannot cut one of its inputs
         return program, _declined(base, str(error), whole)
     if rewritten is None:

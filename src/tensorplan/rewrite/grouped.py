@@ -19,7 +19,7 @@ Run after the chunks: a chunk of query rows is not a slice of ``r * T`` rows.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,7 @@ class _Repeat:
 
 
 @dataclass(frozen=True)
-class _Grouped:
+class Grouped:
     """A product whose second operand is a repeat followed by ``steps``."""
 
     repeat: _Repeat
@@ -108,7 +108,7 @@ def _heads_dim(node: torch.fx.Node, before: tuple, heads: int) -> int | None:
     return None
 
 
-def _grouped(view: torch.fx.Node) -> _Grouped | None:
+def _grouped(view: torch.fx.Node) -> Grouped | None:
     """The product read, through ops that keep the grouping, by the repeat ``view`` ends, as its
     second operand with the heads merged into its batch dim; or None."""
     repeat = _repeat(view)
@@ -128,10 +128,10 @@ def _grouped(view: torch.fx.Node) -> _Grouped | None:
     if product is None or not _call(product, aten.bmm.default) or heads != 0 \
             or product.args[1] is not node or product.args[0] is node:
         return None
-    return _Grouped(repeat, tuple(steps), product)
+    return Grouped(repeat, tuple(steps), product)
 
 
-def _found(program: ExportedProgram) -> dict[str, _Grouped]:
+def found_groups(program: ExportedProgram) -> dict[str, Grouped]:
     """Every grouped product of the top-level graph, by the name of the repeat's view."""
     found = {}
     for node in program.graph.nodes:
@@ -142,30 +142,51 @@ def _found(program: ExportedProgram) -> dict[str, _Grouped]:
     return found
 
 
+class HeadsOnce:
+    """The chains of ``found`` emitted on the KV heads while ``build`` copies a program node by
+    node: the repeat left out, each op after it on the KV heads (the last one's value also under
+    its own name, for a loop that reads it whole), each product grouped."""
+
+    def __init__(self, build: Rebuild, found: Mapping[str, Grouped]) -> None:
+        self.build, self.found = build, found
+        self._by_step = {step.name: grouped for grouped in found.values()
+                         for step, _ in (*grouped.steps, (grouped.product, 0))}
+        self._left_out = {n.name for grouped in found.values() for n in grouped.repeat.made[:-1]}
+        self._made: dict[str, torch.fx.Node] = {}  # a chain node's name -> its KV-heads value
+
+    def emitted(self, node: torch.fx.Node) -> bool:
+        """Whether ``node`` belongs to a chain: emitted here (or left out), not to be copied."""
+        build, grouped = self.build, self._by_step.get(node.name)
+        if node.name in self._left_out:
+            return True
+        if node.name in self.found:
+            self._made[node.name] = _source(build, self.found[node.name].repeat, node)
+        elif grouped is not None and node is grouped.product:
+            build.env[node.name] = grouped_product(
+                build, (build.env[node.args[0].name], self._made[node.args[1].name]),
+                grouped.repeat.group, like=node)
+        elif grouped is not None:
+            self._made[node.name] = _step(build, grouped, node, self._made)
+            if node is grouped.steps[-1][0]:
+                build.env[node.name] = self._made[node.name]
+        else:
+            return False
+        return True
+
+
 def grouped_products(program: ExportedProgram) -> ExportedProgram:
     """``program`` with each batched product (``bmm``) that reads a tensor's heads repeated
     (grouped-query attention's keys or values) made as one product per KV head over its group of
     query heads, the repeat never made and the ops between it and the product run on the KV
     heads. Every other node is copied as it is; the product's value keeps its name, shape and
     values. ``program`` itself when there is none. Pure."""
-    found = _found(program)
+    found = found_groups(program)
     if not found:
         return program
-    by_step = {step.name: grouped for grouped in found.values()
-               for step, _ in (*grouped.steps, (grouped.product, 0))}
-    left_out = {n.name for grouped in found.values() for n in grouped.repeat.made[:-1]}
     build = Rebuild(program)
-    made: dict[str, torch.fx.Node] = {}  # each grouped node's name -> its value on the KV heads
+    heads = HeadsOnce(build, found)
     for node in program.graph.nodes:
-        if node.name in left_out:
-            continue
-        if node.name in found:
-            made[node.name] = _source(build, found[node.name].repeat, node)
-        elif node.name in by_step and node is by_step[node.name].product:
-            build.env[node.name] = _product(build, by_step[node.name], made)
-        elif node.name in by_step:
-            made[node.name] = _step(build, by_step[node.name], node, made)
-        else:
+        if not heads.emitted(node):
             build.copy(node)
     return build.program()
 
@@ -179,11 +200,16 @@ def _source(build: Rebuild, repeat: _Repeat, view: torch.fx.Node) -> torch.fx.No
                       like=view, name=f"{view.name}_heads")
 
 
-def _size(build: Rebuild, size: Any) -> int | torch.fx.Node:
-    return size if isinstance(size, int) else build.size(size.node.expr)
+def _size_of(build: Rebuild, node: torch.fx.Node, dim: int) -> int | torch.fx.Node:
+    """The size of ``node``'s value along ``dim``: an int, or read off the value itself (in a
+    loop's body too, where the program's dims are no sizes of its inputs)."""
+    size = node.meta["val"].shape[dim]
+    if isinstance(size, int):
+        return size
+    return build.emit(aten.sym_size.int, (node, dim), like=node, name=f"{node.name}_size{dim}")
 
 
-def _step(build: Rebuild, grouped: _Grouped, node: torch.fx.Node,
+def _step(build: Rebuild, grouped: Grouped, node: torch.fx.Node,
           made: dict[str, torch.fx.Node]) -> torch.fx.Node:
     """``node``'s op on the KV heads (a view's heads dim divided by the group)."""
     value = made[node.args[0].name]
@@ -201,24 +227,25 @@ def _step(build: Rebuild, grouped: _Grouped, node: torch.fx.Node,
     return build.emit(node.target, args, node.kwargs, like=node, name=f"{node.name}_heads")
 
 
-def _product(build: Rebuild, grouped: _Grouped, made: dict[str, torch.fx.Node]
-             ) -> torch.fx.Node:
-    """The product as one per KV head over its group of query heads, viewed back as it was."""
-    product, group = grouped.product, grouped.repeat.group
-    batch, rows, depth = value_shape(product.args[0])
-    queries = build.env[product.args[0].name]
+def grouped_product(build: Rebuild, operands: tuple[torch.fx.Node, torch.fx.Node], group: int,
+                    *, like: torch.fx.Node) -> torch.fx.Node:
+    """``bmm(queries, kv)`` of queries ``[B * h, T, D]`` and KV heads ``[B * h / group, D, S]``
+    (new nodes of ``build``), each KV head read by its ``group`` query heads: the queries viewed
+    ``[B * h / group, group * T, D]`` (copied first when their heads lie apart), one product,
+    viewed back ``[B * h, T, S]`` under ``like``'s name."""
+    queries, kv = operands
+    batch, rows, depth, keys = (*(_size_of(build, queries, d) for d in range(3)),
+                                _size_of(build, kv, 2))  # read before the queries may die
     laid = queries.meta["val"]
-    if not (statically_known_true(rows == 1)  # the heads apart in memory
-            or statically_known_true(laid.stride(0) == rows * laid.stride(1))):
+    if not (statically_known_true(laid.shape[1] == 1)  # the heads apart in memory
+            or statically_known_true(laid.stride(0) == laid.shape[1] * laid.stride(1))):
         queries = build.emit(aten.clone.default, (queries,),
-                             {"memory_format": torch.contiguous_format}, like=product,
-                             name=f"{product.name}_rows")
+                             {"memory_format": torch.contiguous_format}, like=like,
+                             name=f"{like.name}_rows")
     queries = build.emit(aten.view.default,
-                         (queries,
-                          [_size(build, batch // group), _size(build, rows * group),
-                           _size(build, depth)]),
-                         like=product, name=f"{product.name}_queries")
-    shared = build.emit(aten.bmm.default, (queries, made[product.args[1].name]), like=product,
-                        name=f"{product.name}_grouped")
-    return build.emit(aten.view.default, (shared, [_size(build, s) for s in value_shape(product)]),
-                      like=product, name=product.name)
+                         (queries, [_size_of(build, kv, 0), build.arith(operator.mul, rows, group),
+                                    depth]),
+                         like=like, name=f"{like.name}_queries")
+    shared = build.emit(aten.bmm.default, (queries, kv), like=like, name=f"{like.name}_grouped")
+    return build.emit(aten.view.default, (shared, [batch, rows, keys]), like=like,
+                      name=like.name)

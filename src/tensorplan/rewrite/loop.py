@@ -61,8 +61,9 @@ class Loop:
     rows."""
 
     def __init__(self, build: Rebuild, nodes: Mapping[str, torch.fx.Node], region: Region,
-                 rows: int) -> None:
+                 rows: int, groups: Mapping[str, int]) -> None:
         self.build, self.nodes, self.region, self.rows = build, nodes, region, rows
+        self.groups = groups  # products reading KV heads unrepeated (``emit_region``)
         self.split = nodes[region.split]
         extent = region.symbolic if region.symbolic is not None else region.extent
         self.extent = sympy.sympify(extent)  # the split's rows (a polynomial in the dims)
@@ -214,7 +215,7 @@ class Loop:
         def read(arg: torch.fx.Node, need: Need | None) -> torch.fx.Node:
             return inputs[arg.name if need is None or need == WHOLE else (arg.name, need)]
 
-        made = emit_region(body, self.nodes, region, (0, chunk_rows), read)
+        made = emit_region(body, self.nodes, region, (0, chunk_rows), read, self.groups)
         body.graph.output((made,))
         loop = build.graph.create_node(
             "call_function", torch.ops.higher_order.scan,

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from tensorplan.rewrite.grouped import grouped_product
 from tensorplan.rewrite.rebuild import Rebuild
 from tensorplan.rewrite.rows import RESHAPES, Need, Rows, shape
 
@@ -89,9 +90,11 @@ def _one(build: Rebuild, node: torch.fx.Node, rows: Rows, args: tuple[Any, ...],
 
 
 def emit_region(build: Rebuild, nodes: Mapping[str, torch.fx.Node], region: Region,
-                chunk: Span, read: Read) -> torch.fx.Node:
+                chunk: Span, read: Read, groups: Mapping[str, int]) -> torch.fx.Node:
     """The split's rows ``chunk``: every region node emitted into ``build`` on its rows of the
-    chunk (named as its original), a value made outside the region as ``read`` gives it."""
+    chunk (named as its original), a value made outside the region as ``read`` gives it; a
+    product named in ``groups`` reads its second operand's KV heads, each for that many query
+    heads (``grouped.py``: ``read`` gives it unrepeated)."""
     local: dict[str, torch.fx.Node] = {}
     for name in region.nodes:
         node, needs = nodes[name], region.needs[name]
@@ -104,5 +107,6 @@ def emit_region(build: Rebuild, nodes: Mapping[str, torch.fx.Node], region: Regi
             local[name] = read(node, region.rows[name])
             continue
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
-        local[name] = _one(build, node, region.rows[name], args, kwargs, chunk)
+        local[name] = grouped_product(build, args[:2], groups[name], like=node) \
+            if name in groups else _one(build, node, region.rows[name], args, kwargs, chunk)
     return local[region.split]

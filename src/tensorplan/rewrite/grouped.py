@@ -13,7 +13,9 @@ run on the KV heads, ``1 / r`` of their bytes and arithmetic, and the repeat is 
 Queries whose heads lie apart in memory (a prefill's ``[B, T, h, D]`` transposed) are copied
 to ``[B * h, T, D]`` first: a copy of the queries for one of the keys, ``r`` times larger.
 
-Run after the chunks: a chunk of query rows is not a slice of ``r * T`` rows.
+The chunks run first (a chunk of query rows is no slice of ``r * T`` rows); a loop's body
+makes its products this way itself (``chunk_emit.py`` with :class:`HeadsOnce` and
+:func:`grouped_product`), passed the KV heads.
 """
 
 from __future__ import annotations
